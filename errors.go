@@ -1,0 +1,64 @@
+package tidemark
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Wrap them with context ("verb noun: %w") and test with
+// errors.Is.
+var (
+	// ErrPositionPurged means the source no longer has the binlog position a
+	// reader asked for (purged files or GTID state too old). It is never
+	// retried; the fallback catch-up handles it.
+	ErrPositionPurged = errors.New("binlog position purged on source")
+	// ErrPositionAhead means the requested position is ahead of anything the
+	// source has written (a GTID from another server or a reset source). It
+	// is fatal: falling back blindly could skip or double data.
+	ErrPositionAhead = errors.New("binlog position ahead of source")
+	// ErrIncomparable means two positions cannot be ordered.
+	ErrIncomparable = errors.New("positions are not comparable")
+	// ErrNoRows is returned by a Querier's row when the query found nothing.
+	ErrNoRows = errors.New("no rows")
+	// ErrInvalidIdentifier means a database, table or column name cannot be
+	// used safely as an SQL identifier.
+	ErrInvalidIdentifier = errors.New("invalid identifier")
+	// ErrSourceConfig means the source server is not configured for CDC
+	// (binlog format, row image, row metadata...). The message names the
+	// setting to change.
+	ErrSourceConfig = errors.New("source server not configured for CDC")
+	// ErrZeroDate means a zero date ('0000-00-00') was read and the
+	// configuration says to reject it.
+	ErrZeroDate = errors.New("zero date")
+	// ErrNonexistentTime means a local time falls in a DST gap and the
+	// policy is "error".
+	ErrNonexistentTime = errors.New("nonexistent local time (DST gap)")
+	// ErrAmbiguousTime means a local time falls in a DST fold and the policy
+	// is "error".
+	ErrAmbiguousTime = errors.New("ambiguous local time (DST fold)")
+	// ErrStatsMismatch means a sink's counts do not add up to the changes it
+	// was given: a bug, never just a metric.
+	ErrStatsMismatch = errors.New("apply counts do not add up")
+)
+
+// ValueError reports a value that cannot be normalized, naming where it came
+// from. It never holds the value itself when the column may carry secrets;
+// Detail is a short description.
+type ValueError struct {
+	Table  TableID
+	Column string
+	Detail string
+	Err    error
+}
+
+// Error implements error.
+func (e *ValueError) Error() string {
+	msg := fmt.Sprintf("convert value of %s.%s: %s", e.Table, e.Column, e.Detail)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Unwrap returns the underlying error.
+func (e *ValueError) Unwrap() error { return e.Err }

@@ -1,0 +1,3 @@
+module tidemark
+
+go 1.26

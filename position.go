@@ -1,0 +1,229 @@
+package tidemark
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Position is a point in a source's binlog, always at a transaction boundary:
+// resuming from it streams the first transaction not yet applied.
+//
+// GTID is the server's GTID set after the last applied transaction (MariaDB
+// "0-1001-42,1-1002-7"; MySQL "uuid:1-42"). File and Offset are the binlog
+// file and the offset just after that transaction's commit event. Either part
+// may be empty; GTID is preferred for resuming when both are set.
+type Position struct {
+	GTID   string
+	File   string
+	Offset uint64
+}
+
+// IsZero reports whether p holds nothing.
+func (p Position) IsZero() bool { return p.GTID == "" && p.File == "" && p.Offset == 0 }
+
+// String formats p as "gtid=G;file=F;pos=N", leaving out empty parts. Parse
+// reads it back.
+func (p Position) String() string {
+	var parts []string
+	if p.GTID != "" {
+		parts = append(parts, "gtid="+p.GTID)
+	}
+	if p.File != "" {
+		parts = append(parts, "file="+p.File, "pos="+strconv.FormatUint(p.Offset, 10))
+	}
+	return strings.Join(parts, ";")
+}
+
+// ParsePosition parses the String form of a Position. The empty string is the
+// zero Position.
+func ParsePosition(s string) (Position, error) {
+	var p Position
+	if strings.TrimSpace(s) == "" {
+		return p, nil
+	}
+	seenPos := false
+	for _, part := range strings.Split(s, ";") {
+		k, v, ok := strings.Cut(part, "=")
+		if !ok {
+			return Position{}, fmt.Errorf("parse position %q: part %q is not key=value", s, part)
+		}
+		switch k {
+		case "gtid":
+			if _, err := ParseMariaDBGTIDSet(v); err != nil && !strings.Contains(v, ":") {
+				return Position{}, fmt.Errorf("parse position %q: %w", s, err)
+			}
+			p.GTID = v
+		case "file":
+			if v == "" || strings.ContainsAny(v, "/\\") {
+				return Position{}, fmt.Errorf("parse position %q: invalid file %q", s, v)
+			}
+			p.File = v
+		case "pos":
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return Position{}, fmt.Errorf("parse position %q: invalid pos: %w", s, err)
+			}
+			p.Offset = n
+			seenPos = true
+		default:
+			return Position{}, fmt.Errorf("parse position %q: unknown part %q", s, k)
+		}
+	}
+	if p.File != "" && !seenPos {
+		return Position{}, fmt.Errorf("parse position %q: file without pos", s)
+	}
+	return p, nil
+}
+
+// Compare orders two positions of the same source: -1 if p is before o, 0 if
+// equal, +1 if after. Positions are compared by file/offset when both have
+// one (binlog file index, then offset), otherwise by MariaDB GTID sets
+// (per domain). It returns ErrIncomparable when neither applies or the GTID
+// sets are ahead of each other in different domains.
+func (p Position) Compare(o Position) (int, error) {
+	if p.File != "" && o.File != "" {
+		pi, err1 := BinlogFileIndex(p.File)
+		oi, err2 := BinlogFileIndex(o.File)
+		if err1 != nil || err2 != nil {
+			return 0, fmt.Errorf("compare positions %s and %s: %w", p, o, ErrIncomparable)
+		}
+		switch {
+		case pi != oi:
+			return cmpU(pi, oi), nil
+		default:
+			return cmpU(p.Offset, o.Offset), nil
+		}
+	}
+	if p.GTID != "" || o.GTID != "" {
+		ps, err1 := ParseMariaDBGTIDSet(p.GTID)
+		os, err2 := ParseMariaDBGTIDSet(o.GTID)
+		if err1 != nil || err2 != nil {
+			if p.GTID == o.GTID {
+				return 0, nil
+			}
+			return 0, fmt.Errorf("compare positions %s and %s: %w", p, o, ErrIncomparable)
+		}
+		return ps.Compare(os)
+	}
+	if p.IsZero() && o.IsZero() {
+		return 0, nil
+	}
+	return 0, fmt.Errorf("compare positions %s and %s: %w", p, o, ErrIncomparable)
+}
+
+func cmpU(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// BinlogFileIndex returns the numeric suffix of a binlog file name
+// ("mysql-bin.000042" → 42).
+func BinlogFileIndex(file string) (uint64, error) {
+	i := strings.LastIndexByte(file, '.')
+	if i < 0 || i == len(file)-1 {
+		return 0, fmt.Errorf("parse binlog file %q: no numeric suffix", file)
+	}
+	n, err := strconv.ParseUint(file[i+1:], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse binlog file %q: %w", file, err)
+	}
+	return n, nil
+}
+
+// MariaDBGTID is one MariaDB GTID: domain-server-sequence.
+type MariaDBGTID struct {
+	Domain   uint32
+	ServerID uint32
+	Seq      uint64
+}
+
+// String formats the GTID as "domain-server-seq".
+func (g MariaDBGTID) String() string {
+	return fmt.Sprintf("%d-%d-%d", g.Domain, g.ServerID, g.Seq)
+}
+
+// MariaDBGTIDSet is a MariaDB GTID position: the last GTID per domain.
+type MariaDBGTIDSet map[uint32]MariaDBGTID
+
+// ParseMariaDBGTIDSet parses "0-1001-42,1-1002-7". The empty string is the
+// empty set.
+func ParseMariaDBGTIDSet(s string) (MariaDBGTIDSet, error) {
+	set := MariaDBGTIDSet{}
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return set, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		f := strings.Split(strings.TrimSpace(part), "-")
+		if len(f) != 3 {
+			return nil, fmt.Errorf("parse MariaDB GTID %q: want domain-server-seq", part)
+		}
+		d, err1 := strconv.ParseUint(f[0], 10, 32)
+		sv, err2 := strconv.ParseUint(f[1], 10, 32)
+		q, err3 := strconv.ParseUint(f[2], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil {
+			return nil, fmt.Errorf("parse MariaDB GTID %q: not numeric", part)
+		}
+		if _, dup := set[uint32(d)]; dup {
+			return nil, fmt.Errorf("parse MariaDB GTID set %q: domain %d twice", s, d)
+		}
+		set[uint32(d)] = MariaDBGTID{Domain: uint32(d), ServerID: uint32(sv), Seq: q}
+	}
+	return set, nil
+}
+
+// String formats the set with domains in ascending order.
+func (s MariaDBGTIDSet) String() string {
+	doms := make([]int, 0, len(s))
+	for d := range s {
+		doms = append(doms, int(d))
+	}
+	sort.Ints(doms)
+	parts := make([]string, len(doms))
+	for i, d := range doms {
+		parts[i] = s[uint32(d)].String()
+	}
+	return strings.Join(parts, ",")
+}
+
+// Compare orders two sets by sequence number per domain. A domain missing
+// from one set counts as sequence 0. Sets that are ahead of each other in
+// different domains are incomparable.
+func (s MariaDBGTIDSet) Compare(o MariaDBGTIDSet) (int, error) {
+	less, more := false, false
+	seen := map[uint32]bool{}
+	check := func(d uint32) {
+		if seen[d] {
+			return
+		}
+		seen[d] = true
+		a, b := s[d].Seq, o[d].Seq
+		if a < b {
+			less = true
+		} else if a > b {
+			more = true
+		}
+	}
+	for d := range s {
+		check(d)
+	}
+	for d := range o {
+		check(d)
+	}
+	switch {
+	case less && more:
+		return 0, fmt.Errorf("compare GTID sets %s and %s: %w", s, o, ErrIncomparable)
+	case less:
+		return -1, nil
+	case more:
+		return 1, nil
+	}
+	return 0, nil
+}

@@ -1,0 +1,151 @@
+package tidemark
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// TableID names a source table.
+type TableID struct {
+	Database string
+	Name     string
+}
+
+// String returns "database.table".
+func (id TableID) String() string { return id.Database + "." + id.Name }
+
+// Kind is the normalized type of a column. Each kind has exactly one Go
+// representation in Change images (nil is NULL for every kind):
+//
+//	KindInt       int64           TINYINT..BIGINT signed, MEDIUMINT
+//	KindUint      uint64          unsigned integers up to 18446744073709551615
+//	KindDecimal   Decimal         exact decimal text, never a float
+//	KindFloat     float32         FLOAT
+//	KindDouble    float64         DOUBLE
+//	KindText      string          CHAR/VARCHAR/TEXT (valid UTF-8)
+//	KindBytes     []byte          BINARY/VARBINARY/BLOB
+//	KindBit       uint64          BIT(n), Length = n
+//	KindYear      int64           YEAR
+//	KindDate      time.Time       DATE, midnight UTC
+//	KindTime      time.Duration   TIME (may be negative or over 24h)
+//	KindDateTime  time.Time       DATETIME, converted from the source zone to UTC
+//	KindTimestamp time.Time       TIMESTAMP, the UTC instant
+//	KindJSON      JSON            JSON text (MySQL JSON, MariaDB LONGTEXT+json_valid)
+//	KindEnum      string          ENUM member name
+//	KindSet       string          SET members, comma-separated
+type Kind uint8
+
+// The column kinds.
+const (
+	KindInt Kind = iota + 1
+	KindUint
+	KindDecimal
+	KindFloat
+	KindDouble
+	KindText
+	KindBytes
+	KindBit
+	KindYear
+	KindDate
+	KindTime
+	KindDateTime
+	KindTimestamp
+	KindJSON
+	KindEnum
+	KindSet
+)
+
+var kindNames = map[Kind]string{
+	KindInt: "int", KindUint: "uint", KindDecimal: "decimal", KindFloat: "float",
+	KindDouble: "double", KindText: "text", KindBytes: "bytes", KindBit: "bit",
+	KindYear: "year", KindDate: "date", KindTime: "time", KindDateTime: "datetime",
+	KindTimestamp: "timestamp", KindJSON: "json", KindEnum: "enum", KindSet: "set",
+}
+
+// String returns the kind's name.
+func (k Kind) String() string {
+	if s, ok := kindNames[k]; ok {
+		return s
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Decimal is an exact decimal number in canonical text form ("-12.340").
+type Decimal string
+
+// JSON is a JSON document as text.
+type JSON string
+
+// Column describes one source column.
+type Column struct {
+	Name string
+	Kind Kind
+	// Bits is the integer width in bits for KindInt/KindUint (8, 16, 24, 32,
+	// 64) and the width n of BIT(n).
+	Bits int
+	// Precision and Scale of a DECIMAL; Scale is also the fractional-second
+	// precision of DATETIME/TIMESTAMP/TIME when known.
+	Precision, Scale int
+	// Nullable is false when the source declares NOT NULL (when known).
+	Nullable bool
+}
+
+// Table is the schema of a source table as rows were written with it.
+type Table struct {
+	ID      TableID
+	Columns []Column
+	// Key holds the indexes into Columns of the business key, in order: the
+	// primary key by default, a configured composite key otherwise.
+	Key []int
+}
+
+// ColumnIndex returns the index of the named column, or -1.
+func (t *Table) ColumnIndex(name string) int {
+	for i := range t.Columns {
+		if t.Columns[i].Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// KeyNames returns the business-key column names.
+func (t *Table) KeyNames() []string {
+	out := make([]string, len(t.Key))
+	for i, k := range t.Key {
+		out[i] = t.Columns[k].Name
+	}
+	return out
+}
+
+// Fingerprint returns a string that changes whenever the column list, kinds
+// or key change; sinks use it to notice a schema change.
+func (t *Table) Fingerprint() string {
+	var b strings.Builder
+	for _, c := range t.Columns {
+		fmt.Fprintf(&b, "%s:%s:%d:%d:%d:%t;", c.Name, c.Kind, c.Bits, c.Precision, c.Scale, c.Nullable)
+	}
+	fmt.Fprintf(&b, "key=%v", t.Key)
+	return b.String()
+}
+
+var identRE = regexp.MustCompile(`^[\p{L}\p{N}_$][\p{L}\p{N}_$ \-]{0,62}$`)
+
+// ValidIdentifier reports whether s is acceptable as a database, table or
+// column name in tidemark: 1 to 63 characters (PostgreSQL's limit), letters,
+// digits, '_', '$', space or '-', not starting with a space or '-'. Names are
+// always quoted when they reach SQL; this rejects the rest (quotes, NUL,
+// control characters) with a clear error instead of trusting the quoting.
+func ValidIdentifier(s string) bool {
+	return identRE.MatchString(s) && !strings.HasSuffix(s, " ")
+}
+
+// CheckIdentifier returns an error naming what the identifier is for when
+// ValidIdentifier rejects it.
+func CheckIdentifier(what, s string) error {
+	if !ValidIdentifier(s) {
+		return fmt.Errorf("%w: %s %q", ErrInvalidIdentifier, what, s)
+	}
+	return nil
+}

@@ -1,0 +1,113 @@
+package tidemark
+
+import (
+	"fmt"
+	"time"
+)
+
+// Resolve says which instant a local time that is not unique maps to.
+type Resolve string
+
+// The resolutions for a DST fold (a local time that happens twice) or gap (a
+// local time that never happens).
+const (
+	// ResolveEarlier takes the earlier instant of a fold; for a gap, the
+	// instant the wall clock would show with the offset in force after the
+	// gap (it lands before the gap, e.g. 02:30 → 01:30 standard time).
+	ResolveEarlier Resolve = "earlier"
+	// ResolveLater takes the later instant of a fold; for a gap, the local
+	// time shifted forward by the gap's length (02:30 → 03:30 daylight time),
+	// as java.time and PostgreSQL do. It is the default for both.
+	ResolveLater Resolve = "later"
+	// ResolveError rejects the value with ErrAmbiguousTime or
+	// ErrNonexistentTime.
+	ResolveError Resolve = "error"
+)
+
+// Valid reports whether r is one of the defined resolutions.
+func (r Resolve) Valid() bool {
+	return r == ResolveEarlier || r == ResolveLater || r == ResolveError
+}
+
+// ZonePolicy is how local (zone-less) source times are interpreted.
+type ZonePolicy struct {
+	// Location is the source zone the local times were written in.
+	Location *time.Location
+	// Fold resolves a repeated local time; Gap a skipped one.
+	Fold, Gap Resolve
+}
+
+// ToUTC interprets the wall-clock reading of wall (its zone is ignored: the
+// digits count) in p.Location and returns the UTC instant, applying the
+// fold and gap policy. The host's TZ never matters.
+func (p ZonePolicy) ToUTC(wall time.Time) (time.Time, error) {
+	loc := p.Location
+	if loc == nil {
+		loc = time.UTC
+	}
+	y, mo, d := wall.Date()
+	h, mi, s := wall.Clock()
+	ns := wall.Nanosecond()
+	// The wall reading as if it were UTC.
+	u0 := time.Date(y, mo, d, h, mi, s, ns, time.UTC)
+	if loc == time.UTC {
+		return u0, nil
+	}
+	var found [2]time.Time
+	n := 0
+	seen := map[int]bool{}
+	for _, delta := range []time.Duration{-48 * time.Hour, -24 * time.Hour, 0, 24 * time.Hour, 48 * time.Hour} {
+		_, off := u0.Add(delta).In(loc).Zone()
+		if seen[off] {
+			continue
+		}
+		seen[off] = true
+		cand := u0.Add(-time.Duration(off) * time.Second)
+		if _, o2 := cand.In(loc).Zone(); o2 == off && n < 2 {
+			found[n] = cand
+			n++
+		}
+	}
+	switch n {
+	case 1:
+		return found[0].UTC(), nil
+	case 2:
+		a, b := found[0], found[1]
+		if b.Before(a) {
+			a, b = b, a
+		}
+		switch p.Fold {
+		case ResolveEarlier:
+			return a.UTC(), nil
+		case ResolveError:
+			return time.Time{}, fmt.Errorf("interpret %s in %s: %w", u0.Format("2006-01-02 15:04:05.999999"), loc, ErrAmbiguousTime)
+		default:
+			return b.UTC(), nil
+		}
+	}
+	// A gap: offsets before and after the transition.
+	_, offBefore := u0.Add(-48 * time.Hour).In(loc).Zone()
+	_, offAfter := u0.Add(48 * time.Hour).In(loc).Zone()
+	switch p.Gap {
+	case ResolveEarlier:
+		return u0.Add(-time.Duration(offAfter) * time.Second).UTC(), nil
+	case ResolveError:
+		return time.Time{}, fmt.Errorf("interpret %s in %s: %w", u0.Format("2006-01-02 15:04:05.999999"), loc, ErrNonexistentTime)
+	default:
+		return u0.Add(-time.Duration(offBefore) * time.Second).UTC(), nil
+	}
+}
+
+// ToLocal returns the wall-clock reading of the UTC instant t in the source
+// zone, labelled UTC so that its digits can be compared with zone-less source
+// values (the fallback's bounds for a DATETIME watermark column).
+func (p ZonePolicy) ToLocal(t time.Time) time.Time {
+	loc := p.Location
+	if loc == nil {
+		loc = time.UTC
+	}
+	l := t.In(loc)
+	y, mo, d := l.Date()
+	h, mi, s := l.Clock()
+	return time.Date(y, mo, d, h, mi, s, l.Nanosecond(), time.UTC)
+}
