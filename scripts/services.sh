@@ -386,7 +386,15 @@ EOF
 
 cmd_up() {
 	ensure_packages
+	# fail before starting anything if a port we would take is held by someone else
+	if ! my_running && port_in_use "$MY_PORT"; then
+		die "port $MY_PORT is already in use (another checkout's services?); set TIDEMARK_MYSQL_PORT to a free port"
+	fi
+	if ! pg_running && port_in_use "$PG_PORT"; then
+		die "port $PG_PORT is already in use (another checkout's services?); set TIDEMARK_PG_PORT to a free port"
+	fi
 	my_start
+	save_ports
 	pg_start
 	save_ports
 	print_summary
