@@ -1,0 +1,83 @@
+package tidemark_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+	_ "time/tzdata"
+
+	"tidemark"
+)
+
+func mustLoad(t *testing.T, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Fatalf("load %s: %v", name, err)
+	}
+	return loc
+}
+
+func wall(y int, mo time.Month, d, h, mi, s int) time.Time {
+	return time.Date(y, mo, d, h, mi, s, 0, time.UTC)
+}
+
+func TestZonePolicyToUTC(t *testing.T) {
+	ist := mustLoad(t, "Asia/Kolkata")
+	ny := mustLoad(t, "America/New_York")
+	tests := []struct {
+		name    string
+		policy  tidemark.ZonePolicy
+		wall    time.Time
+		want    time.Time
+		wantErr error
+	}{
+		{"IST incident value", tidemark.ZonePolicy{Location: ist}, wall(2026, 3, 10, 23, 58, 0), wall(2026, 3, 10, 18, 28, 0), nil},
+		{"UTC is identity", tidemark.ZonePolicy{Location: time.UTC}, wall(2026, 3, 10, 23, 58, 0), wall(2026, 3, 10, 23, 58, 0), nil},
+		{"nil location is UTC", tidemark.ZonePolicy{}, wall(2026, 3, 10, 23, 58, 0), wall(2026, 3, 10, 23, 58, 0), nil},
+		{"NY winter", tidemark.ZonePolicy{Location: ny}, wall(2026, 1, 15, 12, 0, 0), wall(2026, 1, 15, 17, 0, 0), nil},
+		{"NY summer", tidemark.ZonePolicy{Location: ny}, wall(2026, 7, 15, 12, 0, 0), wall(2026, 7, 15, 16, 0, 0), nil},
+		// 2026-11-01 01:30 happens twice in New York (EDT then EST).
+		{"fold earlier", tidemark.ZonePolicy{Location: ny, Fold: tidemark.ResolveEarlier}, wall(2026, 11, 1, 1, 30, 0), wall(2026, 11, 1, 5, 30, 0), nil},
+		{"fold later", tidemark.ZonePolicy{Location: ny, Fold: tidemark.ResolveLater}, wall(2026, 11, 1, 1, 30, 0), wall(2026, 11, 1, 6, 30, 0), nil},
+		{"fold default is later", tidemark.ZonePolicy{Location: ny}, wall(2026, 11, 1, 1, 30, 0), wall(2026, 11, 1, 6, 30, 0), nil},
+		{"fold error", tidemark.ZonePolicy{Location: ny, Fold: tidemark.ResolveError}, wall(2026, 11, 1, 1, 30, 0), time.Time{}, tidemark.ErrAmbiguousTime},
+		// 2026-03-08 02:30 never happens in New York.
+		{"gap later", tidemark.ZonePolicy{Location: ny, Gap: tidemark.ResolveLater}, wall(2026, 3, 8, 2, 30, 0), wall(2026, 3, 8, 7, 30, 0), nil},
+		{"gap earlier", tidemark.ZonePolicy{Location: ny, Gap: tidemark.ResolveEarlier}, wall(2026, 3, 8, 2, 30, 0), wall(2026, 3, 8, 6, 30, 0), nil},
+		{"gap error", tidemark.ZonePolicy{Location: ny, Gap: tidemark.ResolveError}, wall(2026, 3, 8, 2, 30, 0), time.Time{}, tidemark.ErrNonexistentTime},
+		{"just before gap", tidemark.ZonePolicy{Location: ny, Gap: tidemark.ResolveError}, wall(2026, 3, 8, 1, 59, 59), wall(2026, 3, 8, 6, 59, 59), nil},
+		{"just after gap", tidemark.ZonePolicy{Location: ny, Gap: tidemark.ResolveError}, wall(2026, 3, 8, 3, 0, 0), wall(2026, 3, 8, 7, 0, 0), nil},
+		{"microseconds kept", tidemark.ZonePolicy{Location: ist}, time.Date(2026, 3, 10, 23, 58, 0, 123456000, time.UTC), time.Date(2026, 3, 10, 18, 28, 0, 123456000, time.UTC), nil},
+		{"pre-1970", tidemark.ZonePolicy{Location: ist}, wall(1969, 12, 31, 23, 0, 0), wall(1969, 12, 31, 17, 30, 0), nil},
+	}
+	// The host zone must not matter.
+	for _, local := range []string{"UTC", "Asia/Kolkata", "America/New_York"} {
+		saved := time.Local
+		time.Local = mustLoad(t, local)
+		for _, tc := range tests {
+			t.Run(local+"/"+tc.name, func(t *testing.T) {
+				got, err := tc.policy.ToUTC(tc.wall)
+				if tc.wantErr != nil {
+					if !errors.Is(err, tc.wantErr) {
+						t.Fatalf("err = %v, want %v", err, tc.wantErr)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !got.Equal(tc.want) || got.Location() != time.UTC {
+					t.Fatalf("got %s (%s), want %s UTC", got, got.Location(), tc.want)
+				}
+				// Round trip back to the wall clock (not for gaps).
+				if tc.name != "gap later" && tc.name != "gap earlier" {
+					if back := tc.policy.ToLocal(got); !back.Equal(tc.wall) {
+						t.Fatalf("ToLocal(%s) = %s, want %s", got, back, tc.wall)
+					}
+				}
+			})
+		}
+		time.Local = saved
+	}
+}
