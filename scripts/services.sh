@@ -90,12 +90,15 @@ pg_dsn() {
 ensure_traversable() {
 	local user=$1 dir=$2
 	is_root || return 0
-	while [[ $dir != / && -n $dir ]]; do
-		if ! runuser -u "$user" -- test -x "$dir" 2>/dev/null; then
-			log "chmod o+x $dir (so user $user can reach $DATA)"
-			chmod o+x "$dir"
+	local path="" part parts
+	IFS=/ read -r -a parts <<<"${dir#/}"
+	for part in "${parts[@]}"; do
+		[[ -n $part ]] || continue
+		path="$path/$part"
+		if ! runuser -u "$user" -- test -x "$path" 2>/dev/null; then
+			log "chmod o+x $path (so user $user can reach its data)"
+			chmod o+x "$path"
 		fi
-		dir=$(dirname "$dir")
 	done
 }
 
