@@ -1,0 +1,227 @@
+// Package checkpoint stores source positions and per-table catch-up
+// watermarks in the target PostgreSQL database, next to the data they
+// describe.
+//
+// A Store never opens connections of its own: every method runs on the
+// tidemark.Querier it is given, which a sink adapts from the transaction
+// that also writes the batch's data. A checkpoint or watermark therefore
+// commits (or rolls back) together with the rows it describes, and can never
+// be ahead of them.
+//
+// The control tables live in one schema (default "tidemark"):
+//
+//	checkpoints(source text primary key, position text not null, gtid text,
+//	            file text, pos bigint, updated_at timestamptz not null default now())
+//	watermarks(source text, database text, table_name text,
+//	           value timestamptz not null, updated_at timestamptz default now(),
+//	           primary key (source, database, table_name))
+//
+// checkpoints.position holds tidemark.Position.String and is the value read
+// back; gtid, file and pos are the same position split out for people and
+// monitoring queries.
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"tidemark"
+)
+
+// DefaultSchema is the schema of the control tables when Config.Schema is
+// empty.
+const DefaultSchema = "tidemark"
+
+// ddlLockKey is the transaction-level advisory lock Init takes so that
+// concurrent sessions creating the control tables do not race (CREATE SCHEMA
+// IF NOT EXISTS and CREATE TABLE IF NOT EXISTS can both fail with a unique
+// violation, SQLSTATE 23505, when two sessions run them at once). The value
+// is arbitrary but fixed: "tidemark" in ASCII, truncated to 63 bits.
+const ddlLockKey int64 = 0x746964656d61726b
+
+// Config configures a Store.
+type Config struct {
+	// Schema holds the control tables. Default "tidemark". It must be a
+	// valid identifier (tidemark.ValidIdentifier); it is always quoted.
+	Schema string
+}
+
+// Store implements tidemark.CheckpointStore on PostgreSQL tables. It is safe
+// for concurrent use; it holds no state besides its SQL text.
+type Store struct {
+	schema string // unquoted, for messages
+
+	initSQL                     string
+	loadPosSQL, savePosSQL      string
+	loadWMSQL, saveWMSQL        string
+	checkpointsName, wmarksName string // "schema.table", for messages
+}
+
+var _ tidemark.CheckpointStore = (*Store)(nil)
+
+// New validates cfg and returns a Store.
+func New(cfg Config) (*Store, error) {
+	schema := cfg.Schema
+	if schema == "" {
+		schema = DefaultSchema
+	}
+	if err := tidemark.CheckIdentifier("schema", schema); err != nil {
+		return nil, fmt.Errorf("checkpoint config: schema: %w", err)
+	}
+	qs := quoteIdent(schema)
+	cp := qs + ".checkpoints"
+	wm := qs + ".watermarks"
+	s := &Store{
+		schema:          schema,
+		checkpointsName: schema + ".checkpoints",
+		wmarksName:      schema + ".watermarks",
+	}
+	// One string of several statements: executed without parameters it is
+	// sent as one simple-protocol query, which PostgreSQL runs as a single
+	// implicit transaction (or inside the caller's), so the advisory lock
+	// is held until the tables exist.
+	s.initSQL = fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d);
+CREATE SCHEMA IF NOT EXISTS %s;
+CREATE TABLE IF NOT EXISTS %s (
+	source     text PRIMARY KEY,
+	position   text NOT NULL,
+	gtid       text,
+	file       text,
+	pos        bigint,
+	updated_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS %s (
+	source     text,
+	database   text,
+	table_name text,
+	value      timestamptz NOT NULL,
+	updated_at timestamptz DEFAULT now(),
+	PRIMARY KEY (source, database, table_name)
+)`, ddlLockKey, qs, cp, wm)
+	s.loadPosSQL = `SELECT position FROM ` + cp + ` WHERE source = $1`
+	s.savePosSQL = `INSERT INTO ` + cp + ` AS c (source, position, gtid, file, pos, updated_at)
+VALUES ($1, $2, $3, $4, $5, now())
+ON CONFLICT (source) DO UPDATE SET
+	position = EXCLUDED.position, gtid = EXCLUDED.gtid, file = EXCLUDED.file,
+	pos = EXCLUDED.pos, updated_at = now()`
+	s.loadWMSQL = `SELECT value FROM ` + wm + ` WHERE source = $1 AND database = $2 AND table_name = $3`
+	// GREATEST: a watermark never moves backwards, also when an older
+	// batch is replayed after a crash.
+	s.saveWMSQL = `INSERT INTO ` + wm + ` AS w (source, database, table_name, value, updated_at)
+VALUES ($1, $2, $3, $4, now())
+ON CONFLICT (source, database, table_name) DO UPDATE SET
+	value = GREATEST(w.value, EXCLUDED.value), updated_at = now()`
+	return s, nil
+}
+
+// Schema returns the schema of the control tables.
+func (s *Store) Schema() string { return s.schema }
+
+// Init creates the schema and control tables if they are missing. It is
+// safe to run concurrently from several sessions. The SQL is sent without
+// bind parameters as one multi-statement string, so q must accept that (a
+// pgx connection or transaction does).
+func (s *Store) Init(ctx context.Context, q tidemark.Querier) error {
+	if err := q.Exec(ctx, s.initSQL); err != nil {
+		return fmt.Errorf("create checkpoint tables in schema %q: %w", s.schema, err)
+	}
+	return nil
+}
+
+// LoadPosition returns the stored position of source and whether there is
+// one. A stored value that does not parse is an error naming the table and
+// the source.
+func (s *Store) LoadPosition(ctx context.Context, q tidemark.Querier, source string) (tidemark.Position, bool, error) {
+	var text string
+	err := q.QueryRow(ctx, s.loadPosSQL, source).Scan(&text)
+	if errors.Is(err, tidemark.ErrNoRows) {
+		return tidemark.Position{}, false, nil
+	}
+	if err != nil {
+		return tidemark.Position{}, false, fmt.Errorf("load checkpoint of source %q from %s: %w", source, s.checkpointsName, err)
+	}
+	pos, err := tidemark.ParsePosition(text)
+	if err != nil {
+		return tidemark.Position{}, false, fmt.Errorf("load checkpoint of source %q from %s: %w", source, s.checkpointsName, err)
+	}
+	return pos, true, nil
+}
+
+// SavePosition stores pos for source, replacing what was there. It does not
+// compare positions: the caller commits positions in stream order, in the
+// same transaction as the data they follow.
+func (s *Store) SavePosition(ctx context.Context, q tidemark.Querier, source string, pos tidemark.Position) error {
+	if source == "" {
+		return fmt.Errorf("save checkpoint to %s: empty source name", s.checkpointsName)
+	}
+	if pos.IsZero() {
+		return fmt.Errorf("save checkpoint of source %q to %s: zero position", source, s.checkpointsName)
+	}
+	if pos.Offset > math.MaxInt64 {
+		return fmt.Errorf("save checkpoint of source %q to %s: offset %d does not fit a bigint", source, s.checkpointsName, pos.Offset)
+	}
+	text := pos.String()
+	// Refuse what could not be read back: a checkpoint that cannot be
+	// loaded stops the daemon at its next start.
+	if back, err := tidemark.ParsePosition(text); err != nil || back != pos {
+		if err == nil {
+			err = fmt.Errorf("position %q reads back as %q", text, back.String())
+		}
+		return fmt.Errorf("save checkpoint of source %q to %s: %w", source, s.checkpointsName, err)
+	}
+	var gtid, file, off any
+	if pos.GTID != "" {
+		gtid = pos.GTID
+	}
+	if pos.File != "" {
+		file = pos.File
+		off = int64(pos.Offset)
+	}
+	if err := q.Exec(ctx, s.savePosSQL, source, text, gtid, file, off); err != nil {
+		return fmt.Errorf("save checkpoint of source %q to %s: %w", source, s.checkpointsName, err)
+	}
+	return nil
+}
+
+// LoadWatermark returns the stored catch-up watermark of a table, in UTC,
+// and whether there is one.
+func (s *Store) LoadWatermark(ctx context.Context, q tidemark.Querier, source string, table tidemark.TableID) (time.Time, bool, error) {
+	var v time.Time
+	err := q.QueryRow(ctx, s.loadWMSQL, source, table.Database, table.Name).Scan(&v)
+	if errors.Is(err, tidemark.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("load watermark of %s (source %q) from %s: %w", table, source, s.wmarksName, err)
+	}
+	return v.UTC(), true, nil
+}
+
+// SaveWatermark stores a table's watermark. It never moves a stored
+// watermark backwards: the larger of the stored and the new value is kept.
+func (s *Store) SaveWatermark(ctx context.Context, q tidemark.Querier, source string, w tidemark.Watermark) error {
+	if source == "" {
+		return fmt.Errorf("save watermark of %s to %s: empty source name", w.Table, s.wmarksName)
+	}
+	if w.Table.Database == "" || w.Table.Name == "" {
+		return fmt.Errorf("save watermark of %s (source %q) to %s: incomplete table name", w.Table, source, s.wmarksName)
+	}
+	if w.Value.IsZero() {
+		return fmt.Errorf("save watermark of %s (source %q) to %s: zero time", w.Table, source, s.wmarksName)
+	}
+	if err := q.Exec(ctx, s.saveWMSQL, source, w.Table.Database, w.Table.Name, w.Value.UTC()); err != nil {
+		return fmt.Errorf("save watermark of %s (source %q) to %s: %w", w.Table, source, s.wmarksName, err)
+	}
+	return nil
+}
+
+// quoteIdent quotes an SQL identifier for PostgreSQL, doubling embedded
+// double quotes. Callers validate names with tidemark.CheckIdentifier first;
+// quoting is the second line of defence, not the first.
+func quoteIdent(s string) string {
+	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}

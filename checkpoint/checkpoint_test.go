@@ -1,0 +1,256 @@
+package checkpoint_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"tidemark"
+	"tidemark/checkpoint"
+)
+
+func newStore(t *testing.T) (*checkpoint.Store, *pgx.Conn, string) {
+	t.Helper()
+	schema := randomSchema(t)
+	st, err := checkpoint.New(checkpoint.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t)
+	if err := st.Init(context.Background(), newQuerier(conn)); err != nil {
+		t.Fatal(err)
+	}
+	return st, conn, schema
+}
+
+func TestNewValidatesSchema(t *testing.T) {
+	for _, tc := range []struct {
+		schema string
+		ok     bool
+	}{
+		{"", true},
+		{"tidemark", true},
+		{"my schema", true},
+		{`bad"name`, false},
+		{"x;drop", false},
+		{" lead", false},
+		{strings.Repeat("a", 64), false},
+	} {
+		t.Run(tc.schema, func(t *testing.T) {
+			st, err := checkpoint.New(checkpoint.Config{Schema: tc.schema})
+			if tc.ok != (err == nil) {
+				t.Fatalf("New(%q) error = %v, want ok=%t", tc.schema, err, tc.ok)
+			}
+			if err != nil {
+				if !errors.Is(err, tidemark.ErrInvalidIdentifier) || !strings.Contains(err.Error(), "schema") {
+					t.Errorf("error %q should wrap ErrInvalidIdentifier and name the field", err)
+				}
+				return
+			}
+			if tc.schema == "" && st.Schema() != checkpoint.DefaultSchema {
+				t.Errorf("default schema = %q", st.Schema())
+			}
+		})
+	}
+}
+
+func TestPositionRoundTrip(t *testing.T) {
+	st, conn, _ := newStore(t)
+	ctx := context.Background()
+	q := newQuerier(conn)
+
+	if _, ok, err := st.LoadPosition(ctx, q, "nothing"); err != nil || ok {
+		t.Fatalf("LoadPosition of unknown source = ok %t, err %v; want false, nil", ok, err)
+	}
+	for _, tc := range []struct {
+		name   string
+		source string
+		pos    tidemark.Position
+	}{
+		{"gtid", "a", tidemark.Position{GTID: "0-1001-42,1-1002-7"}},
+		{"filepos", "b", tidemark.Position{File: "mysql-bin.000042", Offset: 1234567}},
+		{"both", "c", tidemark.Position{GTID: "0-1001-43", File: "mysql-bin.000043", Offset: 4}},
+		{"mysql gtid", "d", tidemark.Position{GTID: "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-42"}},
+		{"source with quotes", `it's "quoted"; --`, tidemark.Position{GTID: "0-1-1"}},
+		{"overwrite", "a", tidemark.Position{GTID: "0-1001-50"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := st.SavePosition(ctx, q, tc.source, tc.pos); err != nil {
+				t.Fatal(err)
+			}
+			got, ok, err := st.LoadPosition(ctx, q, tc.source)
+			if err != nil || !ok || got != tc.pos {
+				t.Fatalf("LoadPosition = %+v, %t, %v; want %+v", got, ok, err, tc.pos)
+			}
+		})
+	}
+	// The split-out columns describe the same position.
+	var gtid, file *string
+	var pos *int64
+	if err := conn.QueryRow(ctx, `SELECT gtid, file, pos FROM `+quote(st.Schema())+`.checkpoints WHERE source = 'c'`).Scan(&gtid, &file, &pos); err != nil {
+		t.Fatal(err)
+	}
+	if gtid == nil || *gtid != "0-1001-43" || file == nil || *file != "mysql-bin.000043" || pos == nil || *pos != 4 {
+		t.Errorf("split columns = %v %v %v", gtid, file, pos)
+	}
+}
+
+func TestSavePositionRejects(t *testing.T) {
+	st, conn, _ := newStore(t)
+	ctx := context.Background()
+	q := newQuerier(conn)
+	for _, tc := range []struct {
+		name   string
+		source string
+		pos    tidemark.Position
+	}{
+		{"empty source", "", tidemark.Position{GTID: "0-1-1"}},
+		{"zero position", "s", tidemark.Position{}},
+		{"offset overflow", "s", tidemark.Position{File: "mysql-bin.000001", Offset: 1 << 63}},
+		{"unparseable", "s", tidemark.Position{GTID: "a;b=c"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := st.SavePosition(ctx, q, tc.source, tc.pos); err == nil {
+				t.Fatal("SavePosition succeeded, want an error")
+			}
+		})
+	}
+	if _, ok, _ := st.LoadPosition(ctx, q, "s"); ok {
+		t.Error("a rejected position was stored")
+	}
+}
+
+func TestLoadPositionBadValue(t *testing.T) {
+	st, conn, schema := newStore(t)
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, `INSERT INTO `+quote(schema)+`.checkpoints (source, position) VALUES ('x', 'gtid=garbage')`); err != nil {
+		t.Fatal(err)
+	}
+	_, ok, err := st.LoadPosition(ctx, newQuerier(conn), "x")
+	if err == nil || ok {
+		t.Fatalf("LoadPosition of a bad value = ok %t, err %v; want an error", ok, err)
+	}
+	for _, want := range []string{`source "x"`, schema + ".checkpoints", "parse position"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not contain %q", err, want)
+		}
+	}
+}
+
+func TestWatermarks(t *testing.T) {
+	st, conn, _ := newStore(t)
+	ctx := context.Background()
+	q := newQuerier(conn)
+	tbl := tidemark.TableID{Database: "shop", Name: "orders"}
+	other := tidemark.TableID{Database: "shop", Name: "items"}
+	ist := time.FixedZone("IST", 5*3600+1800)
+
+	if _, ok, err := st.LoadWatermark(ctx, q, "src", tbl); err != nil || ok {
+		t.Fatalf("LoadWatermark of nothing = %t, %v", ok, err)
+	}
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 123456000, time.UTC)
+	steps := []struct {
+		name  string
+		table tidemark.TableID
+		value time.Time
+		want  time.Time
+	}{
+		{"first", tbl, t0, t0},
+		{"forward", tbl, t0.Add(time.Hour), t0.Add(time.Hour)},
+		{"backward is ignored", tbl, t0.Add(-time.Hour), t0.Add(time.Hour)},
+		{"other zone, same instant", tbl, t0.Add(2 * time.Hour).In(ist), t0.Add(2 * time.Hour)},
+		{"other table is independent", other, t0.Add(-24 * time.Hour), t0.Add(-24 * time.Hour)},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			if err := st.SaveWatermark(ctx, q, "src", tidemark.Watermark{Table: s.table, Value: s.value}); err != nil {
+				t.Fatal(err)
+			}
+			got, ok, err := st.LoadWatermark(ctx, q, "src", s.table)
+			if err != nil || !ok {
+				t.Fatalf("LoadWatermark = %t, %v", ok, err)
+			}
+			if !got.Equal(s.want) || got.Location() != time.UTC {
+				t.Errorf("LoadWatermark = %v (%v), want %v in UTC", got, got.Location(), s.want)
+			}
+		})
+	}
+	if _, ok, _ := st.LoadWatermark(ctx, q, "other-source", tbl); ok {
+		t.Error("watermarks leak between sources")
+	}
+	if err := st.SaveWatermark(ctx, q, "src", tidemark.Watermark{Table: tbl}); err == nil {
+		t.Error("a zero watermark was accepted")
+	}
+}
+
+// TestRollbackDiscards checks that the store writes only through the
+// caller's transaction.
+func TestRollbackDiscards(t *testing.T) {
+	st, conn, _ := newStore(t)
+	ctx := context.Background()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SavePosition(ctx, txQuerier(tx), "s", tidemark.Position{GTID: "0-1-9"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := st.LoadPosition(ctx, newQuerier(conn), "s"); ok || err != nil {
+		t.Fatalf("after rollback: ok %t, err %v; want nothing stored", ok, err)
+	}
+}
+
+// TestInitConcurrent runs Init from several sessions at once on a schema that
+// does not exist yet: without the advisory lock, CREATE SCHEMA IF NOT EXISTS
+// races into a unique violation.
+func TestInitConcurrent(t *testing.T) {
+	schema := randomSchema(t)
+	st, err := checkpoint.New(checkpoint.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	conns := make([]*pgx.Conn, n)
+	for i := range conns {
+		conns[i] = connect(t)
+	}
+	for round := 0; round < 3; round++ {
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		start := make(chan struct{})
+		for i := range conns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				errs[i] = st.Init(context.Background(), newQuerier(conns[i]))
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d, session %d: %v", round, i, err)
+			}
+		}
+		if round == 0 {
+			// Drop it again so the next round races on creation too.
+			if _, err := conns[0].Exec(context.Background(), `DROP SCHEMA `+quote(schema)+` CASCADE`); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := st.SavePosition(context.Background(), newQuerier(conns[0]), "s", tidemark.Position{GTID: "0-1-1"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
