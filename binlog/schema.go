@@ -1,0 +1,188 @@
+package binlog
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+
+	"tidemark"
+)
+
+// tableInfo is a decoded table-map event: the tidemark schema and one
+// converter per column.
+type tableInfo struct {
+	table *tidemark.Table
+	conv  []converter
+	// skip is true for tables outside the include filter.
+	skip bool
+}
+
+const collationBinary = 63
+
+var latin1Collations = map[uint64]bool{5: true, 8: true, 15: true, 31: true, 47: true, 48: true, 49: true, 94: true}
+
+// realType returns the column's real type: ENUM and SET are logged as
+// MYSQL_TYPE_STRING with the real type in the metadata's high byte.
+func realType(tm *replication.TableMapEvent, i int) (typ byte, meta uint16) {
+	typ, meta = tm.ColumnType[i], tm.ColumnMeta[i]
+	if typ == mysql.MYSQL_TYPE_STRING && meta >= 256 {
+		b0 := byte(meta >> 8)
+		switch b0 {
+		case mysql.MYSQL_TYPE_ENUM, mysql.MYSQL_TYPE_SET:
+			return b0, meta
+		}
+		if b0&0x30 != 0x30 { // long CHAR: length bits folded into b0
+			return mysql.MYSQL_TYPE_STRING, meta
+		}
+		return b0, meta
+	}
+	return typ, meta
+}
+
+// tableMapKey identifies a table-map event's layout, so that an unchanged
+// table reuses its decoded info across transactions.
+func tableMapKey(tm *replication.TableMapEvent) string {
+	var b strings.Builder
+	b.Grow(64 + len(tm.ColumnType)*4)
+	b.WriteString(strconv.FormatUint(tm.TableID, 10))
+	b.WriteByte('|')
+	b.Write(tm.Schema)
+	b.WriteByte('.')
+	b.Write(tm.Table)
+	b.WriteByte('|')
+	b.Write(tm.ColumnType)
+	for _, m := range tm.ColumnMeta {
+		b.WriteString(strconv.Itoa(int(m)))
+		b.WriteByte(',')
+	}
+	for _, n := range tm.ColumnName {
+		b.Write(n)
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+// buildTable turns a table-map event into a tableInfo. jsonCols names the
+// columns the source declares JSON (MariaDB's LONGTEXT + json_valid check,
+// which the binlog cannot tell from LONGTEXT).
+func (t *Tailer) buildTable(tm *replication.TableMapEvent, jsonCols map[string]bool) (*tableInfo, error) {
+	id := tidemark.TableID{Database: string(tm.Schema), Name: string(tm.Table)}
+	if !t.cfg.included(id.Database, id.Name) {
+		return &tableInfo{skip: true}, nil
+	}
+	n := int(tm.ColumnCount)
+	names := tm.ColumnNameString()
+	if len(names) != n {
+		return nil, fmt.Errorf("decode table map of %s: the server sent no column names: set binlog_row_metadata=FULL on the source: %w", id, tidemark.ErrSourceConfig)
+	}
+	if err := tidemark.CheckIdentifier("database", id.Database); err != nil {
+		return nil, fmt.Errorf("decode table map of %s: %w", id, err)
+	}
+	if err := tidemark.CheckIdentifier("table", id.Name); err != nil {
+		return nil, fmt.Errorf("decode table map of %s: %w", id, err)
+	}
+	unsigned := tm.UnsignedMap()
+	collations := tm.CollationMap()
+	enums := tm.EnumStrValueMap()
+	sets := tm.SetStrValueMap()
+
+	tbl := &tidemark.Table{ID: id, Columns: make([]tidemark.Column, n)}
+	info := &tableInfo{table: tbl, conv: make([]converter, n)}
+	for i := 0; i < n; i++ {
+		name := names[i]
+		if err := tidemark.CheckIdentifier("column of "+id.String(), name); err != nil {
+			return nil, fmt.Errorf("decode table map of %s: %w", id, err)
+		}
+		env := &valueEnv{table: id, column: name, zone: t.cfg.zoneFor(id, name), zeroDates: t.cfg.ZeroDates, stats: &t.stats}
+		col := tidemark.Column{Name: name, Nullable: true}
+		if avail, nullable := tm.Nullable(i); avail {
+			col.Nullable = nullable
+		}
+		typ, meta := realType(tm, i)
+		var conv converter
+		switch typ {
+		case mysql.MYSQL_TYPE_TINY, mysql.MYSQL_TYPE_SHORT, mysql.MYSQL_TYPE_INT24, mysql.MYSQL_TYPE_LONG, mysql.MYSQL_TYPE_LONGLONG:
+			col.Bits = map[byte]int{mysql.MYSQL_TYPE_TINY: 8, mysql.MYSQL_TYPE_SHORT: 16, mysql.MYSQL_TYPE_INT24: 24, mysql.MYSQL_TYPE_LONG: 32, mysql.MYSQL_TYPE_LONGLONG: 64}[typ]
+			if unsigned[i] {
+				col.Kind, conv = tidemark.KindUint, env.convUint
+			} else {
+				col.Kind, conv = tidemark.KindInt, env.convInt
+			}
+		case mysql.MYSQL_TYPE_NEWDECIMAL:
+			col.Kind, conv = tidemark.KindDecimal, env.convDecimal
+			col.Precision, col.Scale = int(meta>>8), int(meta&0xff)
+		case mysql.MYSQL_TYPE_FLOAT:
+			col.Kind, conv = tidemark.KindFloat, env.convFloat
+		case mysql.MYSQL_TYPE_DOUBLE:
+			col.Kind, conv = tidemark.KindDouble, env.convDouble
+		case mysql.MYSQL_TYPE_BIT:
+			col.Kind, conv = tidemark.KindBit, env.convBit
+			col.Bits = int(meta>>8)*8 + int(meta&0xff)
+		case mysql.MYSQL_TYPE_YEAR:
+			col.Kind, conv = tidemark.KindYear, env.convYear
+		case mysql.MYSQL_TYPE_DATE, mysql.MYSQL_TYPE_NEWDATE:
+			col.Kind, conv = tidemark.KindDate, env.convDate
+		case mysql.MYSQL_TYPE_TIME, mysql.MYSQL_TYPE_TIME2:
+			col.Kind, conv = tidemark.KindTime, env.convTime
+			if typ == mysql.MYSQL_TYPE_TIME2 {
+				col.Scale = int(meta)
+			}
+		case mysql.MYSQL_TYPE_DATETIME, mysql.MYSQL_TYPE_DATETIME2:
+			col.Kind, conv = tidemark.KindDateTime, env.convDateTime
+			if typ == mysql.MYSQL_TYPE_DATETIME2 {
+				col.Scale = int(meta)
+			}
+		case mysql.MYSQL_TYPE_TIMESTAMP, mysql.MYSQL_TYPE_TIMESTAMP2:
+			col.Kind, conv = tidemark.KindTimestamp, env.convTimestamp
+			if typ == mysql.MYSQL_TYPE_TIMESTAMP2 {
+				col.Scale = int(meta)
+			}
+		case mysql.MYSQL_TYPE_ENUM:
+			col.Kind, conv = tidemark.KindEnum, env.convEnum(enums[i])
+		case mysql.MYSQL_TYPE_SET:
+			col.Kind, conv = tidemark.KindSet, env.convSet(sets[i])
+		case mysql.MYSQL_TYPE_JSON:
+			col.Kind, conv = tidemark.KindJSON, env.convJSON
+		case mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_VAR_STRING, mysql.MYSQL_TYPE_STRING, mysql.MYSQL_TYPE_BLOB:
+			coll, known := collations[i]
+			switch {
+			case jsonCols[name]:
+				col.Kind, conv = tidemark.KindJSON, env.convJSON
+			case known && coll == collationBinary:
+				col.Kind, conv = tidemark.KindBytes, env.convBytes
+			case !known && typ == mysql.MYSQL_TYPE_BLOB:
+				return nil, fmt.Errorf("decode table map of %s: column %s: no character set in the table map (set binlog_row_metadata=FULL): %w", id, name, tidemark.ErrSourceConfig)
+			default:
+				col.Kind, conv = tidemark.KindText, env.convText(latin1Collations[coll])
+			}
+		default:
+			return nil, fmt.Errorf("decode table map of %s: column %s: unsupported MySQL type %d", id, name, typ)
+		}
+		tbl.Columns[i] = col
+		info.conv[i] = conv
+	}
+	// Business key: configured, else the primary key from the metadata.
+	if cols, ok := t.cfg.BusinessKeys[id.String()]; ok {
+		for _, c := range cols {
+			k := tbl.ColumnIndex(c)
+			if k < 0 {
+				return nil, fmt.Errorf("decode table map of %s: business_keys: column %q not in table", id, c)
+			}
+			tbl.Key = append(tbl.Key, k)
+		}
+	} else {
+		for _, k := range tm.PrimaryKey {
+			if int(k) >= n {
+				return nil, fmt.Errorf("decode table map of %s: primary key column index %d out of range", id, k)
+			}
+			tbl.Key = append(tbl.Key, int(k))
+		}
+		if len(tbl.Key) == 0 {
+			return nil, fmt.Errorf("decode table map of %s: table has no primary key in the binlog metadata (needs binlog_row_metadata=FULL and a primary key, or configure business_keys for it)", id)
+		}
+	}
+	return info, nil
+}

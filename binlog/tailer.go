@@ -1,0 +1,585 @@
+package binlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+
+	"tidemark"
+)
+
+// Tailer streams one source's binlog as tidemark chunks.
+type Tailer struct {
+	cfg   Config
+	stats Stats
+	rl    *tidemark.RateLimitedLogger
+
+	// tables caches decoded table maps by layout.
+	tables map[string]*tableInfo
+	// jsonCols caches, per table, the columns declared JSON (MariaDB).
+	jsonCols map[tidemark.TableID]map[string]bool
+
+	metaMu   sync.Mutex
+	metaConn *client.Conn
+}
+
+var _ tidemark.Source = (*Tailer)(nil)
+
+// New validates cfg and returns a Tailer. It does not connect.
+func New(cfg Config) (*Tailer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Tailer{
+		cfg:      cfg,
+		rl:       &tidemark.RateLimitedLogger{Logger: cfg.Logger, Interval: 10 * time.Second},
+		tables:   map[string]*tableInfo{},
+		jsonCols: map[tidemark.TableID]map[string]bool{},
+	}, nil
+}
+
+// Stats returns the tailer's counters.
+func (t *Tailer) Stats() *Stats { return &t.stats }
+
+// Close closes the tailer's metadata connection.
+func (t *Tailer) Close() error {
+	t.metaMu.Lock()
+	defer t.metaMu.Unlock()
+	if t.metaConn != nil {
+		err := t.metaConn.Close()
+		t.metaConn = nil
+		return err
+	}
+	return nil
+}
+
+// Stream implements tidemark.Source. It checks the server's binlog settings,
+// then streams from just after from (the oldest retained binlog when from is
+// zero), reconnecting with capped backoff on transient errors. After a
+// reconnect it resumes at the last transaction boundary it emitted, so a
+// partly sent transaction is sent again from its start (the sink is
+// idempotent).
+func (t *Tailer) Stream(ctx context.Context, from tidemark.Position, out chan<- tidemark.Chunk) error {
+	defer t.Close()
+	err := tidemark.Retry(ctx, "check source settings", t.cfg.Backoff, isTransient, t.rl, t.checkServer)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	pos := from
+	failures := 0
+	for {
+		progressed, err := t.streamOnce(ctx, &pos, out)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			continue
+		}
+		if !isTransient(err) {
+			return err
+		}
+		if progressed {
+			failures = 0
+		}
+		failures++
+		if t.cfg.Backoff.Attempts > 0 && failures >= t.cfg.Backoff.Attempts {
+			return fmt.Errorf("stream binlog of %s from %s: giving up after %d attempts: %w", t.cfg.Name, pos, failures, err)
+		}
+		t.stats.Reconnects.Add(1)
+		d := t.cfg.Backoff.Delay(failures)
+		t.rl.Warn("binlog stream interrupted; reconnecting", "source", t.cfg.Name, "position", pos.String(), "attempt", failures, "delay", d, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(d):
+		}
+	}
+}
+
+// meta returns a SQL connection to the source for metadata queries.
+func (t *Tailer) meta(ctx context.Context) (*client.Conn, error) {
+	t.metaMu.Lock()
+	defer t.metaMu.Unlock()
+	if t.metaConn != nil {
+		if err := t.metaConn.Ping(); err == nil {
+			return t.metaConn, nil
+		}
+		_ = t.metaConn.Close()
+		t.metaConn = nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := client.ConnectWithContext(dctx, t.cfg.Addr, t.cfg.User, t.cfg.Password, "", 10*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("connect to source %s at %s: %w", t.cfg.Name, t.cfg.Addr, redact(err, t.cfg.Password))
+	}
+	t.metaConn = c
+	return c, nil
+}
+
+func (t *Tailer) query(ctx context.Context, q string, args ...any) (*mysql.Result, error) {
+	c, err := t.meta(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r, err := c.Execute(q, args...)
+	if err != nil {
+		t.metaMu.Lock()
+		_ = c.Close()
+		if t.metaConn == c {
+			t.metaConn = nil
+		}
+		t.metaMu.Unlock()
+		return nil, err
+	}
+	return r, nil
+}
+
+// checkServer verifies the source's binlog settings and names the setting
+// to change.
+func (t *Tailer) checkServer(ctx context.Context) error {
+	r, err := t.query(ctx, "SELECT @@log_bin, @@binlog_format, @@binlog_row_image")
+	if err != nil {
+		return fmt.Errorf("read binlog settings: %w", err)
+	}
+	logBin, _ := r.GetInt(0, 0)
+	format, _ := r.GetString(0, 1)
+	image, _ := r.GetString(0, 2)
+	if logBin != 1 {
+		return fmt.Errorf("check source %s: log_bin is OFF: enable it (log_bin=mysql-bin): %w", t.cfg.Name, tidemark.ErrSourceConfig)
+	}
+	if !strings.EqualFold(format, "ROW") {
+		return fmt.Errorf("check source %s: binlog_format is %s: set binlog_format=ROW: %w", t.cfg.Name, format, tidemark.ErrSourceConfig)
+	}
+	if !strings.EqualFold(image, "FULL") {
+		return fmt.Errorf("check source %s: binlog_row_image is %s: set binlog_row_image=FULL: %w", t.cfg.Name, image, tidemark.ErrSourceConfig)
+	}
+	r, err = t.query(ctx, "SELECT @@binlog_row_metadata")
+	if err != nil {
+		var me *mysql.MyError
+		if errors.As(err, &me) {
+			return fmt.Errorf("check source %s: the server has no binlog_row_metadata (MariaDB ≥ 10.5 or MySQL ≥ 8.0.1 is needed): %w", t.cfg.Name, tidemark.ErrSourceConfig)
+		}
+		return fmt.Errorf("read binlog_row_metadata: %w", err)
+	}
+	meta, _ := r.GetString(0, 0)
+	if !strings.EqualFold(meta, "FULL") {
+		return fmt.Errorf("check source %s: binlog_row_metadata is %s: set binlog_row_metadata=FULL so column names and the primary key arrive in the table map: %w", t.cfg.Name, meta, tidemark.ErrSourceConfig)
+	}
+	return nil
+}
+
+var jsonCheckRE = regexp.MustCompile("(?i)^\\s*json_valid\\(`((?:[^`]|``)+)`\\)\\s*$")
+
+// jsonColumns returns the columns of a MariaDB table declared JSON, i.e.
+// with a json_valid(col) check constraint. MySQL has a real JSON type.
+func (t *Tailer) jsonColumns(ctx context.Context, id tidemark.TableID) (map[string]bool, error) {
+	if t.cfg.Flavor != FlavorMariaDB {
+		return nil, nil
+	}
+	if m, ok := t.jsonCols[id]; ok {
+		return m, nil
+	}
+	var r *mysql.Result
+	err := tidemark.Retry(ctx, "read JSON columns of "+id.String(), tidemark.Backoff{Attempts: 5}, isTransient, t.rl, func(ctx context.Context) error {
+		var err error
+		r, err = t.query(ctx, "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME = ?", id.Database, id.Name)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]bool{}
+	for i := 0; i < r.RowNumber(); i++ {
+		clause, _ := r.GetString(i, 0)
+		if sm := jsonCheckRE.FindStringSubmatch(clause); sm != nil {
+			m[strings.ReplaceAll(sm[1], "``", "`")] = true
+		}
+	}
+	t.jsonCols[id] = m
+	return m, nil
+}
+
+// tableFor returns the decoded info of a table-map event.
+func (t *Tailer) tableFor(ctx context.Context, tm *replication.TableMapEvent) (*tableInfo, error) {
+	key := tableMapKey(tm)
+	if ti, ok := t.tables[key]; ok {
+		return ti, nil
+	}
+	id := tidemark.TableID{Database: string(tm.Schema), Name: string(tm.Table)}
+	var jc map[string]bool
+	if t.cfg.included(id.Database, id.Name) {
+		// A new layout of a table: re-read its JSON columns.
+		delete(t.jsonCols, id)
+		var err error
+		if jc, err = t.jsonColumns(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	ti, err := t.buildTable(tm, jc)
+	if err != nil {
+		return nil, err
+	}
+	if len(t.tables) > 4096 {
+		clear(t.tables)
+	}
+	t.tables[key] = ti
+	return ti, nil
+}
+
+// txState is the transaction being read.
+type txState struct {
+	active     bool
+	standalone bool // MariaDB standalone group (DDL): ends after its query
+	gtid       tidemark.MariaDBGTID
+	hasGTID    bool
+	seq        uint64
+	index      uint32
+	commitTime time.Time
+	changes    []tidemark.Change
+	bytes      int
+	sent       bool // part of it was already sent in a chunk
+}
+
+// streamOnce opens one replication connection and streams until an error.
+// pos is advanced at every emitted transaction boundary. progressed reports
+// whether at least one transaction was emitted.
+func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out chan<- tidemark.Chunk) (progressed bool, err error) {
+	host, portStr, _ := net.SplitHostPort(t.cfg.Addr)
+	port, _ := strconv.Atoi(portStr)
+	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
+		ServerID:                t.cfg.ServerID,
+		Flavor:                  t.cfg.Flavor,
+		Host:                    host,
+		Port:                    uint16(port),
+		User:                    t.cfg.User,
+		Password:                t.cfg.Password,
+		ParseTime:               true,
+		TimestampStringLocation: time.UTC,
+		HeartbeatPeriod:         t.cfg.Heartbeat,
+		ReadTimeout:             t.cfg.ReadTimeout,
+		DisableRetrySync:        true,
+		Logger:                  t.cfg.Logger.With("component", "go-mysql"),
+	})
+	defer syncer.Close()
+
+	var gset tidemark.MariaDBGTIDSet
+	var streamer *replication.BinlogStreamer
+	file := pos.File
+	switch {
+	case pos.GTID != "" && t.cfg.Flavor == FlavorMariaDB:
+		if gset, err = tidemark.ParseMariaDBGTIDSet(pos.GTID); err != nil {
+			return false, fmt.Errorf("start binlog of %s: %w", t.cfg.Name, err)
+		}
+		gs, perr := mysql.ParseMariadbGTIDSet(pos.GTID)
+		if perr != nil {
+			return false, fmt.Errorf("start binlog of %s at GTID %s: %w", t.cfg.Name, pos.GTID, perr)
+		}
+		streamer, err = syncer.StartSyncGTID(gs)
+	case pos.File != "":
+		if t.cfg.Flavor == FlavorMariaDB {
+			// Recover the GTID position of the file/offset so that the
+			// positions emitted carry a complete GTID set.
+			r, qerr := t.query(ctx, "SELECT BINLOG_GTID_POS(?, ?)", pos.File, pos.Offset)
+			if qerr != nil {
+				return false, fmt.Errorf("read GTID position of %s: %w", pos, qerr)
+			}
+			s, _ := r.GetString(0, 0)
+			if gset, err = tidemark.ParseMariaDBGTIDSet(s); err != nil {
+				return false, fmt.Errorf("read GTID position of %s: %w", pos, err)
+			}
+		}
+		streamer, err = syncer.StartSync(mysql.Position{Name: pos.File, Pos: uint32(pos.Offset)})
+	case t.cfg.Flavor == FlavorMariaDB:
+		gset = tidemark.MariaDBGTIDSet{}
+		gs, _ := mysql.ParseMariadbGTIDSet("")
+		streamer, err = syncer.StartSyncGTID(gs)
+	default:
+		r, qerr := t.query(ctx, "SHOW BINARY LOGS")
+		if qerr != nil {
+			return false, fmt.Errorf("list binary logs of %s: %w", t.cfg.Name, qerr)
+		}
+		first, _ := r.GetString(0, 0)
+		file = first
+		streamer, err = syncer.StartSync(mysql.Position{Name: first, Pos: 4})
+	}
+	if err != nil {
+		return false, t.classify(err, *pos)
+	}
+
+	var tx txState
+	send := func(ch tidemark.Chunk) error {
+		select {
+		case out <- ch:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	flush := func() error {
+		if len(tx.changes) == 0 {
+			return nil
+		}
+		ch := tidemark.Chunk{Changes: tx.changes}
+		tx.changes, tx.bytes, tx.sent = nil, 0, true
+		return send(ch)
+	}
+	commit := func(h *replication.EventHeader) error {
+		if tx.hasGTID && gset != nil {
+			gset[tx.gtid.Domain] = tx.gtid
+		}
+		np := tidemark.Position{File: file, Offset: uint64(h.LogPos)}
+		if gset != nil {
+			np.GTID = gset.String()
+		}
+		ch := tidemark.Chunk{Changes: tx.changes, Commit: np}
+		t.stats.Transactions.Add(1)
+		t.stats.Changes.Add(uint64(len(tx.changes)))
+		tx = txState{}
+		if err := send(ch); err != nil {
+			return err
+		}
+		*pos = np
+		progressed = true
+		return nil
+	}
+
+	for {
+		ev, err := streamer.GetEvent(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return progressed, nil
+			}
+			return progressed, t.classify(err, *pos)
+		}
+		h := ev.Header
+		switch e := ev.Event.(type) {
+		case *replication.RotateEvent:
+			file = string(e.NextLogName)
+		case *replication.MariadbGTIDEvent:
+			if t.cfg.Version == VersionGTID && gset != nil {
+				for d := range gset {
+					if d != e.GTID.DomainID {
+						return progressed, fmt.Errorf("stream binlog of %s: GTID domains %d and %d both seen: version: gtid needs one domain; set version: filepos", t.cfg.Name, d, e.GTID.DomainID)
+					}
+				}
+			}
+			tx = txState{active: !e.IsStandalone(), standalone: e.IsStandalone(), hasGTID: true,
+				gtid:       tidemark.MariaDBGTID{Domain: e.GTID.DomainID, ServerID: e.GTID.ServerID, Seq: e.GTID.SequenceNumber},
+				commitTime: time.Unix(int64(h.Timestamp), 0).UTC()}
+			tx.seq = t.seqOf(e.GTID.SequenceNumber, file, h)
+		case *replication.GTIDEvent:
+			tx = txState{commitTime: time.Unix(int64(h.Timestamp), 0).UTC(), seq: t.seqOf(0, file, h)}
+		case *replication.QueryEvent:
+			q := strings.TrimSpace(string(e.Query))
+			switch {
+			case strings.EqualFold(q, "BEGIN"):
+				if !tx.hasGTID && tx.seq == 0 {
+					tx.seq = t.seqOf(0, file, h)
+				}
+				tx.active = true
+				if tx.commitTime.IsZero() {
+					tx.commitTime = time.Unix(int64(h.Timestamp), 0).UTC()
+				}
+			case strings.EqualFold(q, "COMMIT") || !tx.active:
+				// COMMIT of a non-transactional group, or a standalone
+				// statement (DDL) that is its own transaction.
+				if err := commit(h); err != nil {
+					return progressed, nil
+				}
+			}
+		case *replication.XIDEvent:
+			if err := commit(h); err != nil {
+				return progressed, nil
+			}
+		case *replication.RowsEvent:
+			if err := t.addRows(ctx, &tx, e, h); err != nil {
+				return progressed, fmt.Errorf("stream binlog of %s at %s:%d: %w", t.cfg.Name, file, h.LogPos, err)
+			}
+			if tx.bytes >= t.cfg.MaxChunkBytes || len(tx.changes) >= t.cfg.MaxChunkChanges {
+				if err := flush(); err != nil {
+					return progressed, nil
+				}
+			}
+		}
+	}
+}
+
+// seqOf returns the Version.Seq of a transaction starting with header h.
+func (t *Tailer) seqOf(gtidSeq uint64, file string, h *replication.EventHeader) uint64 {
+	if t.cfg.Version == VersionGTID {
+		return gtidSeq
+	}
+	idx, err := tidemark.BinlogFileIndex(file)
+	if err != nil {
+		idx = 0
+	}
+	start := uint64(h.LogPos) - uint64(h.EventSize)
+	return idx<<40 | start
+}
+
+// addRows converts a rows event into changes appended to tx.
+func (t *Tailer) addRows(ctx context.Context, tx *txState, e *replication.RowsEvent, h *replication.EventHeader) error {
+	ti, err := t.tableFor(ctx, e.Table)
+	if err != nil {
+		return err
+	}
+	if ti.skip {
+		return nil
+	}
+	if tx.seq == 0 && !tx.hasGTID {
+		tx.seq = t.seqOf(0, "", h)
+	}
+	if tx.commitTime.IsZero() {
+		tx.commitTime = time.Unix(int64(h.Timestamp), 0).UTC()
+	}
+	convert := func(raw []any) ([]any, int, error) {
+		if len(raw) != len(ti.conv) {
+			return nil, 0, fmt.Errorf("decode row of %s: %d values for %d columns", ti.table.ID, len(raw), len(ti.conv))
+		}
+		row := make([]any, len(raw))
+		size := 0
+		for i, v := range raw {
+			nv, err := ti.conv[i](v)
+			if err != nil {
+				return nil, 0, err
+			}
+			row[i] = nv
+			size += valueSize(nv)
+		}
+		return row, size, nil
+	}
+	add := func(op tidemark.Op, before, after []any, size int) {
+		tx.index++
+		tx.changes = append(tx.changes, tidemark.Change{
+			Op: op, Table: ti.table, Before: before, After: after,
+			Version:    tidemark.Version{Seq: tx.seq, Index: tx.index},
+			CommitTime: tx.commitTime, Size: size + 96,
+		})
+		tx.bytes += size + 96
+	}
+	switch e.Type() {
+	case replication.EnumRowsEventTypeInsert:
+		for _, r := range e.Rows {
+			row, n, err := convert(r)
+			if err != nil {
+				return err
+			}
+			add(tidemark.OpInsert, nil, row, n)
+		}
+	case replication.EnumRowsEventTypeDelete:
+		for _, r := range e.Rows {
+			row, n, err := convert(r)
+			if err != nil {
+				return err
+			}
+			add(tidemark.OpDelete, row, nil, n)
+		}
+	case replication.EnumRowsEventTypeUpdate:
+		if len(e.Rows)%2 != 0 {
+			return fmt.Errorf("decode update of %s: odd number of row images", ti.table.ID)
+		}
+		for i := 0; i < len(e.Rows); i += 2 {
+			before, n1, err := convert(e.Rows[i])
+			if err != nil {
+				return err
+			}
+			after, n2, err := convert(e.Rows[i+1])
+			if err != nil {
+				return err
+			}
+			add(tidemark.OpUpdate, before, after, n1+n2)
+		}
+	default:
+		return fmt.Errorf("decode rows event of %s: unknown event type", ti.table.ID)
+	}
+	return nil
+}
+
+// classify maps a replication error to tidemark's error classes:
+// ErrPositionPurged (not retried), ErrPositionAhead (fatal), other fatal
+// server errors, or a transient error (retried).
+func (t *Tailer) classify(err error, pos tidemark.Position) error {
+	var me *mysql.MyError
+	if errors.As(err, &me) && me.Code == mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG {
+		msg := me.Message
+		switch {
+		case strings.Contains(msg, "Could not find first log file name"),
+			strings.Contains(msg, "Could not find GTID state requested by slave in any binlog files"),
+			strings.Contains(msg, "required binlog files have been purged"),
+			strings.Contains(msg, "purged"):
+			return fmt.Errorf("stream binlog of %s from %s: %s: %w", t.cfg.Name, pos, msg, tidemark.ErrPositionPurged)
+		case strings.Contains(msg, "which is not in the master's binlog"),
+			strings.Contains(msg, "which is not in the primary's binlog"),
+			strings.Contains(msg, "has not yet been"):
+			return fmt.Errorf("stream binlog of %s from %s: %s: %w", t.cfg.Name, pos, msg, tidemark.ErrPositionAhead)
+		default:
+			return fmt.Errorf("stream binlog of %s from %s: fatal source error: %s", t.cfg.Name, pos, msg)
+		}
+	}
+	return fmt.Errorf("stream binlog of %s from %s: %w", t.cfg.Name, pos, redact(err, t.cfg.Password))
+}
+
+// isTransient says which errors a reconnect may cure: network errors,
+// timeouts, EOF, a server going away or shutting down. Typed tidemark
+// errors and other server errors are not.
+func isTransient(err error) bool {
+	if err == nil {
+		return false
+	}
+	for _, fatal := range []error{tidemark.ErrPositionPurged, tidemark.ErrPositionAhead, tidemark.ErrSourceConfig, tidemark.ErrZeroDate, tidemark.ErrAmbiguousTime, tidemark.ErrNonexistentTime, tidemark.ErrInvalidIdentifier} {
+		if errors.Is(err, fatal) {
+			return false
+		}
+	}
+	var ve *tidemark.ValueError
+	if errors.As(err, &ve) {
+		return false
+	}
+	var me *mysql.MyError
+	if errors.As(err, &me) {
+		switch me.Code {
+		case mysql.ER_CON_COUNT_ERROR, mysql.ER_SERVER_SHUTDOWN, mysql.ER_NET_READ_ERROR, mysql.ER_NET_READ_INTERRUPTED,
+			mysql.ER_NET_ERROR_ON_WRITE, mysql.ER_NET_WRITE_INTERRUPTED, mysql.ER_QUERY_INTERRUPTED, 1927 /* ER_CONNECTION_KILLED */ :
+			return true
+		}
+		return false
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+		return true
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return true
+	}
+	msg := err.Error()
+	for _, s := range []string{"connection refused", "connection reset", "broken pipe", "i/o timeout", "EOF", "bad connection", "sync is been closing", "invalid sequence", "use of closed network connection"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// redact removes the password from an error's text.
+func redact(err error, password string) error {
+	if err == nil || password == "" || !strings.Contains(err.Error(), password) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), password, "***"))
+}

@@ -1,0 +1,515 @@
+package binlog
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"tidemark"
+)
+
+// converter turns one go-mysql decoded value into its tidemark
+// representation (see tidemark.Kind). nil stays nil.
+type converter func(v any) (any, error)
+
+// Stats counts what the tailer saw. Safe for concurrent reads.
+type Stats struct {
+	// ZeroDates counts zero dates turned into NULL.
+	ZeroDates atomic.Uint64
+	// Changes counts row changes emitted.
+	Changes atomic.Uint64
+	// Transactions counts committed transactions seen.
+	Transactions atomic.Uint64
+	// Reconnects counts reconnects after transient errors.
+	Reconnects atomic.Uint64
+}
+
+type valueEnv struct {
+	table     tidemark.TableID
+	column    string
+	zone      tidemark.ZonePolicy
+	zeroDates string
+	stats     *Stats
+}
+
+func (e *valueEnv) errf(format string, args ...any) error {
+	return &tidemark.ValueError{Table: e.table, Column: e.column, Detail: fmt.Sprintf(format, args...)}
+}
+
+func (e *valueEnv) wrap(detail string, err error) error {
+	return &tidemark.ValueError{Table: e.table, Column: e.column, Detail: detail, Err: err}
+}
+
+func (e *valueEnv) zero() (any, error) {
+	if e.zeroDates == ZeroDateError {
+		return nil, e.wrap("zero date with zero_dates=error", tidemark.ErrZeroDate)
+	}
+	e.stats.ZeroDates.Add(1)
+	return nil, nil
+}
+
+func toInt64(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int8:
+		return int64(x), true
+	case int16:
+		return int64(x), true
+	case int32:
+		return int64(x), true
+	case int64:
+		return x, true
+	case int:
+		return int64(x), true
+	}
+	return 0, false
+}
+
+func toUint64(v any) (uint64, bool) {
+	switch x := v.(type) {
+	case uint8:
+		return uint64(x), true
+	case uint16:
+		return uint64(x), true
+	case uint32:
+		return uint64(x), true
+	case uint64:
+		return x, true
+	case int64:
+		if x >= 0 {
+			return uint64(x), true
+		}
+	case int32:
+		if x >= 0 {
+			return uint64(x), true
+		}
+	}
+	return 0, false
+}
+
+func (e *valueEnv) convInt(v any) (any, error) {
+	if v == nil {
+		return nil, nil
+	}
+	if n, ok := toInt64(v); ok {
+		return n, nil
+	}
+	return nil, e.errf("want a signed integer, got %T", v)
+}
+
+func (e *valueEnv) convUint(v any) (any, error) {
+	if v == nil {
+		return nil, nil
+	}
+	if n, ok := toUint64(v); ok {
+		return n, nil
+	}
+	return nil, e.errf("want an unsigned integer, got %T", v)
+}
+
+func (e *valueEnv) convDecimal(v any) (any, error) {
+	switch x := v.(type) {
+	case nil:
+		return nil, nil
+	case string:
+		if !validDecimal(x) {
+			return nil, e.errf("malformed decimal")
+		}
+		return tidemark.Decimal(x), nil
+	}
+	return nil, e.errf("want a decimal string, got %T", v)
+}
+
+func validDecimal(s string) bool {
+	if s == "" {
+		return false
+	}
+	if s[0] == '-' {
+		s = s[1:]
+	}
+	dot := false
+	digits := 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+			digits++
+		case c == '.' && !dot:
+			dot = true
+		default:
+			return false
+		}
+	}
+	return digits > 0
+}
+
+func (e *valueEnv) convFloat(v any) (any, error) {
+	switch x := v.(type) {
+	case nil:
+		return nil, nil
+	case float32:
+		return x, nil
+	}
+	return nil, e.errf("want float32, got %T", v)
+}
+
+func (e *valueEnv) convDouble(v any) (any, error) {
+	switch x := v.(type) {
+	case nil:
+		return nil, nil
+	case float64:
+		return x, nil
+	case float32:
+		return float64(x), nil
+	}
+	return nil, e.errf("want float64, got %T", v)
+}
+
+// convText returns a valid UTF-8 string; latin1 bytes are decoded as
+// MySQL's latin1 (cp1252).
+func (e *valueEnv) convText(latin1 bool) converter {
+	return func(v any) (any, error) {
+		var s string
+		switch x := v.(type) {
+		case nil:
+			return nil, nil
+		case string:
+			s = x
+		case []byte:
+			s = string(x)
+		default:
+			return nil, e.errf("want text, got %T", v)
+		}
+		if latin1 {
+			return decodeCP1252(s), nil
+		}
+		if !utf8.ValidString(s) {
+			return nil, e.errf("text is not valid UTF-8 (check the column's character set)")
+		}
+		return s, nil
+	}
+}
+
+func (e *valueEnv) convBytes(v any) (any, error) {
+	switch x := v.(type) {
+	case nil:
+		return nil, nil
+	case []byte:
+		return append([]byte(nil), x...), nil
+	case string:
+		return []byte(x), nil
+	}
+	return nil, e.errf("want bytes, got %T", v)
+}
+
+func (e *valueEnv) convBit(v any) (any, error) {
+	switch x := v.(type) {
+	case nil:
+		return nil, nil
+	case int64:
+		return uint64(x), nil
+	}
+	if n, ok := toUint64(v); ok {
+		return n, nil
+	}
+	return nil, e.errf("want bit value, got %T", v)
+}
+
+func (e *valueEnv) convYear(v any) (any, error) {
+	if v == nil {
+		return nil, nil
+	}
+	if n, ok := toInt64(v); ok {
+		return n, nil
+	}
+	return nil, e.errf("want year, got %T", v)
+}
+
+func (e *valueEnv) convEnum(names []string) converter {
+	return func(v any) (any, error) {
+		if v == nil {
+			return nil, nil
+		}
+		n, ok := toInt64(v)
+		if !ok {
+			return nil, e.errf("want enum index, got %T", v)
+		}
+		if n == 0 {
+			return "", nil // MySQL's invalid-value member
+		}
+		if names == nil || int(n) > len(names) {
+			return nil, e.errf("enum index %d has no member name (binlog_row_metadata=FULL sends them)", n)
+		}
+		return names[n-1], nil
+	}
+}
+
+func (e *valueEnv) convSet(names []string) converter {
+	return func(v any) (any, error) {
+		if v == nil {
+			return nil, nil
+		}
+		n, ok := toInt64(v)
+		if !ok {
+			return nil, e.errf("want set bitmap, got %T", v)
+		}
+		var parts []string
+		for i := 0; i < 64; i++ {
+			if uint64(n)&(1<<uint(i)) == 0 {
+				continue
+			}
+			if names == nil || i >= len(names) {
+				return nil, e.errf("set bit %d has no member name (binlog_row_metadata=FULL sends them)", i)
+			}
+			parts = append(parts, names[i])
+		}
+		return strings.Join(parts, ","), nil
+	}
+}
+
+func (e *valueEnv) convJSON(v any) (any, error) {
+	switch x := v.(type) {
+	case nil:
+		return nil, nil
+	case string:
+		if x == "" {
+			return tidemark.JSON("null"), nil
+		}
+		return tidemark.JSON(x), nil
+	case []byte:
+		if len(x) == 0 {
+			return tidemark.JSON("null"), nil
+		}
+		if !utf8.Valid(x) {
+			return nil, e.errf("JSON text is not valid UTF-8")
+		}
+		return tidemark.JSON(string(x)), nil
+	}
+	return nil, e.errf("want JSON text, got %T", v)
+}
+
+// parseCivil parses "YYYY-MM-DD[ HH:MM:SS[.ffffff]]" into its fields. zero
+// reports a zero date (year, month or day 0).
+func parseCivil(s string) (t time.Time, zero bool, err error) {
+	if len(s) < 10 || s[4] != '-' || s[7] != '-' {
+		return time.Time{}, false, fmt.Errorf("malformed date %q", s)
+	}
+	y, err1 := strconv.Atoi(s[0:4])
+	mo, err2 := strconv.Atoi(s[5:7])
+	d, err3 := strconv.Atoi(s[8:10])
+	if err1 != nil || err2 != nil || err3 != nil {
+		return time.Time{}, false, fmt.Errorf("malformed date %q", s)
+	}
+	var h, mi, sec, ns int
+	if len(s) > 10 {
+		rest := s[10:]
+		if len(rest) < 9 || rest[0] != ' ' || rest[3] != ':' || rest[6] != ':' {
+			return time.Time{}, false, fmt.Errorf("malformed datetime %q", s)
+		}
+		var e1, e2, e3 error
+		h, e1 = strconv.Atoi(rest[1:3])
+		mi, e2 = strconv.Atoi(rest[4:6])
+		sec, e3 = strconv.Atoi(rest[7:9])
+		if e1 != nil || e2 != nil || e3 != nil {
+			return time.Time{}, false, fmt.Errorf("malformed datetime %q", s)
+		}
+		if len(rest) > 9 {
+			if rest[9] != '.' || len(rest) > 16 {
+				return time.Time{}, false, fmt.Errorf("malformed fraction in %q", s)
+			}
+			frac := rest[10:]
+			f, e4 := strconv.Atoi(frac)
+			if e4 != nil {
+				return time.Time{}, false, fmt.Errorf("malformed fraction in %q", s)
+			}
+			for i := len(frac); i < 9; i++ {
+				f *= 10
+			}
+			ns = f
+		}
+	}
+	if y == 0 || mo == 0 || d == 0 {
+		return time.Time{}, true, nil
+	}
+	if mo > 12 || d > 31 || h > 23 || mi > 59 || sec > 59 {
+		return time.Time{}, false, fmt.Errorf("out-of-range date/time %q", s)
+	}
+	t = time.Date(y, time.Month(mo), d, h, mi, sec, ns, time.UTC)
+	if t.Day() != d {
+		return time.Time{}, false, fmt.Errorf("nonexistent date %q", s)
+	}
+	return t, false, nil
+}
+
+func (e *valueEnv) convDate(v any) (any, error) {
+	switch x := v.(type) {
+	case nil:
+		return nil, nil
+	case string:
+		t, zero, err := parseCivil(x)
+		if err != nil {
+			return nil, e.wrap("parse DATE", err)
+		}
+		if zero {
+			return e.zero()
+		}
+		return t, nil
+	case time.Time:
+		y, m, d := x.Date()
+		return time.Date(y, m, d, 0, 0, 0, 0, time.UTC), nil
+	}
+	return nil, e.errf("want DATE, got %T", v)
+}
+
+// convDateTime interprets a DATETIME (zone-less wall clock) in the column's
+// source zone. go-mysql returns a time.Time labelled UTC that carries the
+// wall digits (ParseTime), or a string for dates before 1970 and zero dates.
+func (e *valueEnv) convDateTime(v any) (any, error) {
+	var wall time.Time
+	switch x := v.(type) {
+	case nil:
+		return nil, nil
+	case time.Time:
+		wall = x
+	case string:
+		t, zero, err := parseCivil(x)
+		if err != nil {
+			return nil, e.wrap("parse DATETIME", err)
+		}
+		if zero {
+			return e.zero()
+		}
+		wall = t
+	default:
+		return nil, e.errf("want DATETIME, got %T", v)
+	}
+	t, err := e.zone.ToUTC(wall)
+	if err != nil {
+		return nil, e.wrap("normalize DATETIME to UTC", err)
+	}
+	return t, nil
+}
+
+// convTimestamp returns the UTC instant of a TIMESTAMP. With ParseTime
+// go-mysql returns a time.Time holding the right instant (labelled with the
+// daemon's local zone, which .UTC() discards); zero is a string.
+func (e *valueEnv) convTimestamp(v any) (any, error) {
+	switch x := v.(type) {
+	case nil:
+		return nil, nil
+	case time.Time:
+		return x.UTC(), nil
+	case string:
+		if strings.HasPrefix(x, "0000-00-00") {
+			return e.zero()
+		}
+		return nil, e.errf("unexpected TIMESTAMP text (ParseTime must be on)")
+	}
+	return nil, e.errf("want TIMESTAMP, got %T", v)
+}
+
+// parseTimeOfDay parses MySQL TIME text "[-]HHH:MM:SS[.ffffff]".
+func parseTimeOfDay(s string) (time.Duration, error) {
+	neg := strings.HasPrefix(s, "-")
+	if neg {
+		s = s[1:]
+	}
+	parts := strings.SplitN(s, ":", 3)
+	if len(parts) != 3 {
+		return 0, fmt.Errorf("malformed TIME %q", s)
+	}
+	h, err1 := strconv.Atoi(parts[0])
+	m, err2 := strconv.Atoi(parts[1])
+	secPart, fracPart, _ := strings.Cut(parts[2], ".")
+	sec, err3 := strconv.Atoi(secPart)
+	if err1 != nil || err2 != nil || err3 != nil || m > 59 || sec > 59 || h > 838 {
+		return 0, fmt.Errorf("malformed TIME %q", s)
+	}
+	var us int
+	if fracPart != "" {
+		if len(fracPart) > 6 {
+			return 0, fmt.Errorf("malformed TIME fraction %q", s)
+		}
+		f, err := strconv.Atoi(fracPart)
+		if err != nil {
+			return 0, fmt.Errorf("malformed TIME fraction %q", s)
+		}
+		for i := len(fracPart); i < 6; i++ {
+			f *= 10
+		}
+		us = f
+	}
+	d := time.Duration(h)*time.Hour + time.Duration(m)*time.Minute + time.Duration(sec)*time.Second + time.Duration(us)*time.Microsecond
+	if neg {
+		d = -d
+	}
+	return d, nil
+}
+
+func (e *valueEnv) convTime(v any) (any, error) {
+	switch x := v.(type) {
+	case nil:
+		return nil, nil
+	case string:
+		d, err := parseTimeOfDay(x)
+		if err != nil {
+			return nil, e.wrap("parse TIME", err)
+		}
+		return d, nil
+	}
+	return nil, e.errf("want TIME text, got %T", v)
+}
+
+// valueSize estimates the memory of a converted value.
+func valueSize(v any) int {
+	switch x := v.(type) {
+	case string:
+		return 16 + len(x)
+	case []byte:
+		return 24 + len(x)
+	case tidemark.JSON:
+		return 16 + len(x)
+	case tidemark.Decimal:
+		return 16 + len(x)
+	case time.Time:
+		return 24
+	}
+	return 16
+}
+
+// cp1252 high half: MySQL's latin1 is Windows-1252 (0x80–0x9F are printable;
+// the five undefined bytes map to the C1 controls like MySQL does).
+var cp1252 = [32]rune{
+	0x20AC, 0x0081, 0x201A, 0x0192, 0x201E, 0x2026, 0x2020, 0x2021,
+	0x02C6, 0x2030, 0x0160, 0x2039, 0x0152, 0x008D, 0x017D, 0x008F,
+	0x0090, 0x2018, 0x2019, 0x201C, 0x201D, 0x2022, 0x2013, 0x2014,
+	0x02DC, 0x2122, 0x0161, 0x203A, 0x0153, 0x009D, 0x017E, 0x0178,
+}
+
+func decodeCP1252(s string) string {
+	ascii := true
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			ascii = false
+			break
+		}
+	}
+	if ascii {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) * 2)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c < 0x80:
+			b.WriteByte(c)
+		case c < 0xA0:
+			b.WriteRune(cp1252[c-0x80])
+		default:
+			b.WriteRune(rune(c))
+		}
+	}
+	return b.String()
+}
