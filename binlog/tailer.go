@@ -407,13 +407,11 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 				return progressed, nil
 			}
 		case *replication.RowsEvent:
-			if err := t.addRows(ctx, &tx, e, h); err != nil {
-				return progressed, fmt.Errorf("stream binlog of %s at %s:%d: %w", t.cfg.Name, file, h.LogPos, err)
-			}
-			if tx.bytes >= t.cfg.MaxChunkBytes || len(tx.changes) >= t.cfg.MaxChunkChanges {
-				if err := flush(); err != nil {
+			if err := t.addRows(ctx, &tx, e, h, flush); err != nil {
+				if ctx.Err() != nil {
 					return progressed, nil
 				}
+				return progressed, fmt.Errorf("stream binlog of %s at %s:%d: %w", t.cfg.Name, file, h.LogPos, err)
 			}
 		}
 	}
@@ -432,8 +430,9 @@ func (t *Tailer) seqOf(gtidSeq uint64, file string, h *replication.EventHeader) 
 	return idx<<40 | start
 }
 
-// addRows converts a rows event into changes appended to tx.
-func (t *Tailer) addRows(ctx context.Context, tx *txState, e *replication.RowsEvent, h *replication.EventHeader) error {
+// addRows converts a rows event into changes appended to tx, calling flush
+// whenever the pending changes reach a chunk limit.
+func (t *Tailer) addRows(ctx context.Context, tx *txState, e *replication.RowsEvent, h *replication.EventHeader, flush func() error) error {
 	ti, err := t.tableFor(ctx, e.Table)
 	if err != nil {
 		return err
@@ -463,7 +462,12 @@ func (t *Tailer) addRows(ctx context.Context, tx *txState, e *replication.RowsEv
 		}
 		return row, size, nil
 	}
-	add := func(op tidemark.Op, before, after []any, size int) {
+	add := func(op tidemark.Op, before, after []any, size int) error {
+		if tx.bytes >= t.cfg.MaxChunkBytes || len(tx.changes) >= t.cfg.MaxChunkChanges {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
 		tx.index++
 		tx.changes = append(tx.changes, tidemark.Change{
 			Op: op, Table: ti.table, Before: before, After: after,
@@ -471,6 +475,7 @@ func (t *Tailer) addRows(ctx context.Context, tx *txState, e *replication.RowsEv
 			CommitTime: tx.commitTime, Size: size + 96,
 		})
 		tx.bytes += size + 96
+		return nil
 	}
 	switch e.Type() {
 	case replication.EnumRowsEventTypeInsert:
@@ -479,7 +484,9 @@ func (t *Tailer) addRows(ctx context.Context, tx *txState, e *replication.RowsEv
 			if err != nil {
 				return err
 			}
-			add(tidemark.OpInsert, nil, row, n)
+			if err := add(tidemark.OpInsert, nil, row, n); err != nil {
+				return err
+			}
 		}
 	case replication.EnumRowsEventTypeDelete:
 		for _, r := range e.Rows {
@@ -487,7 +494,9 @@ func (t *Tailer) addRows(ctx context.Context, tx *txState, e *replication.RowsEv
 			if err != nil {
 				return err
 			}
-			add(tidemark.OpDelete, row, nil, n)
+			if err := add(tidemark.OpDelete, row, nil, n); err != nil {
+				return err
+			}
 		}
 	case replication.EnumRowsEventTypeUpdate:
 		if len(e.Rows)%2 != 0 {
@@ -502,7 +511,9 @@ func (t *Tailer) addRows(ctx context.Context, tx *txState, e *replication.RowsEv
 			if err != nil {
 				return err
 			}
-			add(tidemark.OpUpdate, before, after, n1+n2)
+			if err := add(tidemark.OpUpdate, before, after, n1+n2); err != nil {
+				return err
+			}
 		}
 	default:
 		return fmt.Errorf("decode rows event of %s: unknown event type", ti.table.ID)
