@@ -1,0 +1,228 @@
+package tidemark_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"tidemark"
+)
+
+// fakeSource and fakeSink are structs of function fields (house style).
+type fakeSource struct {
+	stream func(ctx context.Context, from tidemark.Position, out chan<- tidemark.Chunk) error
+}
+
+func (f *fakeSource) Stream(ctx context.Context, from tidemark.Position, out chan<- tidemark.Chunk) error {
+	return f.stream(ctx, from, out)
+}
+
+type fakeSink struct {
+	mu         sync.Mutex
+	batches    []tidemark.Batch
+	checkpoint tidemark.Position
+	apply      func(b *tidemark.Batch) (tidemark.ApplyStats, error)
+}
+
+func (f *fakeSink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStats, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.apply != nil {
+		s, err := f.apply(b)
+		if err != nil {
+			return s, err
+		}
+	}
+	f.batches = append(f.batches, *b)
+	if !b.Checkpoint.IsZero() {
+		f.checkpoint = b.Checkpoint
+	}
+	return tidemark.ApplyStats{Inserted: len(b.Changes)}, nil
+}
+
+func (f *fakeSink) Checkpoint(ctx context.Context, source string) (tidemark.Position, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.checkpoint, !f.checkpoint.IsZero(), nil
+}
+
+func (f *fakeSink) Close() error { return nil }
+
+var testTable = &tidemark.Table{ID: tidemark.TableID{Database: "d", Name: "t"}, Columns: []tidemark.Column{{Name: "id", Kind: tidemark.KindInt}}, Key: []int{0}}
+
+func changes(seq uint64, n int) []tidemark.Change {
+	out := make([]tidemark.Change, n)
+	for i := range out {
+		out[i] = tidemark.Change{Op: tidemark.OpInsert, Table: testTable, After: []any{int64(i)}, Version: tidemark.Version{Seq: seq, Index: uint32(i + 1)}, Size: 100}
+	}
+	return out
+}
+
+func pos(seq int) tidemark.Position {
+	return tidemark.Position{GTID: "0-1-" + itoa(seq)}
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	s := ""
+	for n > 0 {
+		s = string(rune('0'+n%10)) + s
+		n /= 10
+	}
+	return s
+}
+
+// sourceOf sends chunks then waits for cancellation.
+func sourceOf(chunks ...tidemark.Chunk) *fakeSource {
+	return &fakeSource{stream: func(ctx context.Context, from tidemark.Position, out chan<- tidemark.Chunk) error {
+		for _, c := range chunks {
+			out <- c // the pipeline drains the channel even after cancellation
+		}
+		<-ctx.Done()
+		return nil
+	}}
+}
+
+func runUntil(t *testing.T, p *tidemark.Pipeline, sink *fakeSink, done func() bool) error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx, tidemark.Position{}) }()
+	deadline := time.After(10 * time.Second)
+	for {
+		sink.mu.Lock()
+		ok := done()
+		sink.mu.Unlock()
+		if ok {
+			break
+		}
+		select {
+		case err := <-errc:
+			cancel()
+			return err
+		case <-deadline:
+			cancel()
+			t.Fatal("timed out")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	cancel()
+	return <-errc
+}
+
+func TestPipelineBatchesAtTransactionBoundaries(t *testing.T) {
+	sink := &fakeSink{}
+	src := sourceOf(
+		tidemark.Chunk{Changes: changes(1, 3), Commit: pos(1)},
+		tidemark.Chunk{Changes: changes(2, 3), Commit: pos(2)}, // batch full here (6 ≥ 5)
+		tidemark.Chunk{Changes: changes(3, 4)},                 // split transaction: part 1
+		tidemark.Chunk{Changes: changes(3, 4)},                 // part 2: full, but no boundary yet
+		tidemark.Chunk{Changes: changes(3, 4)},                 // 12 ≥ 2×5: flushed without a boundary
+		tidemark.Chunk{Changes: changes(3, 1), Commit: pos(3)},
+	)
+	p, err := tidemark.NewPipeline(tidemark.PipelineConfig{Source: "s", MaxBatchChanges: 5, MaxDelay: time.Hour}, src, nil, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = runUntil(t, p, sink, func() bool { return len(sink.batches) == 2 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Batch 1: tx1+tx2 (6 changes, checkpoint 2). Batch 2: 12 changes of tx3,
+	// no checkpoint. Batch 3: the rest of tx3 on cancel, checkpoint 3.
+	if len(sink.batches) != 3 {
+		t.Fatalf("%d batches", len(sink.batches))
+	}
+	if b := sink.batches[0]; len(b.Changes) != 6 || b.Checkpoint != pos(2) {
+		t.Fatalf("batch 1: %d changes, checkpoint %v", len(b.Changes), b.Checkpoint)
+	}
+	if b := sink.batches[1]; len(b.Changes) != 12 || !b.Checkpoint.IsZero() {
+		t.Fatalf("batch 2 (split tx): %d changes, checkpoint %v", len(b.Changes), b.Checkpoint)
+	}
+	if b := sink.batches[2]; len(b.Changes) != 1 || b.Checkpoint != pos(3) {
+		t.Fatalf("batch 3: %d changes, checkpoint %v", len(b.Changes), b.Checkpoint)
+	}
+	total, last := p.Totals()
+	if total.Inserted != 19 || last != pos(3) {
+		t.Fatalf("totals %+v last %v", total, last)
+	}
+}
+
+func TestPipelineFlushesAfterDelayAndOnStop(t *testing.T) {
+	sink := &fakeSink{}
+	src := sourceOf(tidemark.Chunk{Changes: changes(1, 2), Commit: pos(1)})
+	p, _ := tidemark.NewPipeline(tidemark.PipelineConfig{Source: "s", MaxDelay: 20 * time.Millisecond}, src, nil, sink)
+	if err := runUntil(t, p, sink, func() bool { return len(sink.batches) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	if sink.checkpoint != pos(1) {
+		t.Fatalf("checkpoint %v", sink.checkpoint)
+	}
+	// On cancellation a partial batch is committed (delay never fires).
+	sink = &fakeSink{}
+	src = sourceOf(tidemark.Chunk{Changes: changes(1, 2), Commit: pos(1)})
+	p, _ = tidemark.NewPipeline(tidemark.PipelineConfig{Source: "s", MaxDelay: time.Hour}, src, nil, sink)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx, tidemark.Position{}) }()
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if len(sink.batches) != 1 || sink.checkpoint != pos(1) {
+		t.Fatalf("stop did not commit what was read: %d batches, checkpoint %v", len(sink.batches), sink.checkpoint)
+	}
+}
+
+func TestPipelineErrors(t *testing.T) {
+	boom := errors.New("boom")
+	t.Run("source error", func(t *testing.T) {
+		src := &fakeSource{stream: func(ctx context.Context, from tidemark.Position, out chan<- tidemark.Chunk) error {
+			return boom
+		}}
+		p, _ := tidemark.NewPipeline(tidemark.PipelineConfig{Source: "s"}, src, nil, &fakeSink{})
+		if err := p.Run(context.Background(), tidemark.Position{}); !errors.Is(err, boom) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("sink error keeps checkpoint", func(t *testing.T) {
+		sink := &fakeSink{checkpoint: pos(7), apply: func(b *tidemark.Batch) (tidemark.ApplyStats, error) { return tidemark.ApplyStats{}, boom }}
+		var from tidemark.Position
+		src := &fakeSource{stream: func(ctx context.Context, f tidemark.Position, out chan<- tidemark.Chunk) error {
+			from = f
+			out <- tidemark.Chunk{Changes: changes(8, 1), Commit: pos(8)}
+			<-ctx.Done()
+			return nil
+		}}
+		p, _ := tidemark.NewPipeline(tidemark.PipelineConfig{Source: "s", MaxDelay: time.Millisecond}, src, nil, sink)
+		if err := p.Run(context.Background(), tidemark.Position{}); !errors.Is(err, boom) {
+			t.Fatalf("err = %v", err)
+		}
+		if from != pos(7) {
+			t.Fatalf("did not resume from the sink's checkpoint: %v", from)
+		}
+		if sink.checkpoint != pos(7) {
+			t.Fatalf("checkpoint moved to %v", sink.checkpoint)
+		}
+	})
+	t.Run("stats mismatch", func(t *testing.T) {
+		bad := &miscountingSink{fakeSink: &fakeSink{}}
+		p, _ := tidemark.NewPipeline(tidemark.PipelineConfig{Source: "s", MaxDelay: time.Millisecond}, sourceOf(tidemark.Chunk{Changes: changes(1, 3), Commit: pos(1)}), nil, bad)
+		if err := p.Run(context.Background(), tidemark.Position{}); !errors.Is(err, tidemark.ErrStatsMismatch) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+type miscountingSink struct{ *fakeSink }
+
+func (m *miscountingSink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStats, error) {
+	s, err := m.fakeSink.Apply(ctx, b)
+	s.Inserted--
+	return s, err
+}
