@@ -1,0 +1,491 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"tidemark"
+)
+
+// Apply makes the batch's changes, its checkpoint (when not zero) and its
+// watermarks durable in one PostgreSQL transaction.
+//
+// Guarantees:
+//   - When Apply returns nil, everything is committed. When it returns an
+//     error, nothing is, except when the error says the commit outcome is
+//     unknown (the connection was lost during COMMIT and could not be
+//     checked): replaying the batch from the stored checkpoint is then
+//     safe.
+//   - Idempotent: a change whose version is not newer than the target row's
+//     is a no-op counted as Skipped, so a replayed batch is all Skipped.
+//   - Hard deletes remove the row and its version with it. A replay from an
+//     older checkpoint can therefore briefly bring a deleted row back (an
+//     older insert finds no newer row to lose to) until the replayed delete
+//     is applied again. This converges, and the checkpoint is stored in the
+//     delete's own transaction, so the delete is never skipped. Soft-delete
+//     mode keeps the version and has no such window.
+//   - Transient errors (connection loss, 40001, 40P01, 57P0x, 53300) are
+//     retried with Config.Retry, the whole transaction at a time. A COMMIT
+//     that fails without an answer from the server is resolved by asking
+//     PostgreSQL for the transaction's status (txid_status) on a new
+//     connection, falling back to reading the checkpoint back; the batch is
+//     replayed only if it did not commit.
+//   - Inserted+Updated+Deleted+Skipped+Coalesced == len(b.Changes), or the
+//     transaction is rolled back and the error wraps
+//     tidemark.ErrStatsMismatch. An update that changes the key is counted
+//     once, by what happened to its new key (or to its old key when a later
+//     change of the batch superseded the new one).
+//
+// Bad input (an unknown op, a missing image, a value of the wrong Go type, a
+// NULL key) is an error naming the table and column before anything is sent.
+func (s *Sink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStats, error) {
+	start := time.Now()
+	what := fmt.Sprintf("apply batch of source %q", b.Source)
+	p, err := s.plan(b)
+	if err != nil {
+		return tidemark.ApplyStats{}, fmt.Errorf("%s: %w", what, err)
+	}
+	if len(p.groups) == 0 && b.Checkpoint.IsZero() && len(b.Watermarks) == 0 {
+		st := tidemark.ApplyStats{Coalesced: p.coalesced}
+		if st.Total() != len(b.Changes) {
+			return tidemark.ApplyStats{}, fmt.Errorf("%s: %d changes, counted %+v: %w", what, len(b.Changes), st, tidemark.ErrStatsMismatch)
+		}
+		return st, nil
+	}
+	for _, g := range p.groups {
+		if s.isEnsured(g.key) {
+			continue
+		}
+		err := tidemark.Retry(ctx, "prepare table "+g.def.display, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+			return redact(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return g.def.ensure(ctx, tx) }), s.secret)
+		})
+		if err != nil {
+			return tidemark.ApplyStats{}, fmt.Errorf("%s: %w", what, redact(err, s.secret))
+		}
+		s.markEnsured(g.key)
+	}
+	var stats tidemark.ApplyStats
+	err = tidemark.Retry(ctx, what, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+		st, err := s.applyOnce(ctx, b, p)
+		if err != nil {
+			return redact(err, s.secret)
+		}
+		stats = st
+		return nil
+	})
+	if err != nil {
+		s.forgetOnMissing(err, p)
+		return tidemark.ApplyStats{}, redact(err, s.secret)
+	}
+	s.log.Debug("applied batch", "source", b.Source, "changes", len(b.Changes),
+		"inserted", stats.Inserted, "updated", stats.Updated, "deleted", stats.Deleted,
+		"skipped", stats.Skipped, "coalesced", stats.Coalesced, "duration", time.Since(start))
+	return stats, nil
+}
+
+// forgetOnMissing drops the "ensured" mark of the batch's tables when the
+// error says a table or column is missing (dropped behind the sink's back),
+// so that the next Apply checks them again and reports clearly.
+func (s *Sink) forgetOnMissing(err error, p *batchPlan) {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || (pgErr.Code != "42P01" && pgErr.Code != "42703") {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, g := range p.groups {
+		delete(s.ensured, g.key)
+	}
+}
+
+// batchPlan is a batch coalesced, validated and converted: the staging rows
+// of each target table, ready for COPY (and for a retry).
+type batchPlan struct {
+	groups    []*groupPlan
+	coalesced int
+}
+
+type groupPlan struct {
+	def  *tableDef
+	key  defKey
+	rows [][]any // _tm_op, columns..., _tm_seq, _tm_idx, _tm_commit_time
+	// staged operations by code
+	nUpsert, nDelete, nKeyGone int
+}
+
+type plannedOp struct {
+	change  int
+	def     *tableDef
+	key     defKey
+	row     []any
+	del     bool
+	version tidemark.Version
+	commit  time.Time
+	alive   bool
+	code    string
+}
+
+// plan coalesces the batch by (target table, business key), keeping the
+// newest version of each key (the last one in batch order on a tie), and
+// converts the surviving rows. A staged set never holds a key twice, so the
+// upsert cannot fail with SQLSTATE 21000.
+func (s *Sink) plan(b *tidemark.Batch) (*batchPlan, error) {
+	type slot struct {
+		target string
+		key    tidemark.Key
+	}
+	ops := make([]plannedOp, 0, len(b.Changes))
+	latest := make(map[slot]int, len(b.Changes))
+	// Per change: the index of its upsert and of its delete op, or -1.
+	perChange := make([][2]int, len(b.Changes))
+
+	add := func(i int, d *tableDef, dk defKey, row []any, del bool, c *tidemark.Change) int {
+		idx := len(ops)
+		ops = append(ops, plannedOp{change: i, def: d, key: dk, row: row, del: del,
+			version: c.Version, commit: c.CommitTime, alive: true})
+		k := slot{d.qname, c.Table.KeyOf(row)}
+		if j, ok := latest[k]; ok {
+			if ops[j].version.Compare(c.Version) > 0 {
+				ops[idx].alive = false // an older change after a newer one
+				return idx
+			}
+			ops[j].alive = false
+		}
+		latest[k] = idx
+		return idx
+	}
+
+	for i := range b.Changes {
+		c := &b.Changes[i]
+		perChange[i] = [2]int{-1, -1}
+		if c.Table == nil {
+			return nil, fmt.Errorf("change %d: no table", i)
+		}
+		d, dk, err := s.def(c.Table)
+		if err != nil {
+			return nil, err
+		}
+		check := func(name string, row []any) error {
+			if row == nil {
+				return fmt.Errorf("change %d (%s of %s, version %s): no %s image", i, c.Op, c.Table.ID, c.Version, name)
+			}
+			if len(row) != len(c.Table.Columns) {
+				return fmt.Errorf("change %d (%s of %s, version %s): %s image has %d values for %d columns",
+					i, c.Op, c.Table.ID, c.Version, name, len(row), len(c.Table.Columns))
+			}
+			return nil
+		}
+		switch c.Op {
+		case tidemark.OpInsert, tidemark.OpRead:
+			if err := check("after", c.After); err != nil {
+				return nil, err
+			}
+			perChange[i][0] = add(i, d, dk, c.After, false, c)
+		case tidemark.OpUpdate:
+			if err := check("after", c.After); err != nil {
+				return nil, err
+			}
+			if c.Before != nil {
+				if err := check("before", c.Before); err != nil {
+					return nil, err
+				}
+				if c.Table.KeyOf(c.Before) != c.Table.KeyOf(c.After) {
+					// Key change: the old key goes, the new key is
+					// upserted, both at the change's version.
+					perChange[i][1] = add(i, d, dk, c.Before, true, c)
+				}
+			}
+			perChange[i][0] = add(i, d, dk, c.After, false, c)
+		case tidemark.OpDelete:
+			if err := check("before", c.Before); err != nil {
+				return nil, err
+			}
+			perChange[i][1] = add(i, d, dk, c.Before, true, c)
+		default:
+			return nil, fmt.Errorf("change %d of %s: unknown op %s", i, c.Table.ID, c.Op)
+		}
+	}
+
+	p := &batchPlan{}
+	for i := range b.Changes {
+		u, dl := perChange[i][0], perChange[i][1]
+		switch {
+		case u >= 0 && ops[u].alive:
+			ops[u].code = opUpsert
+			if dl >= 0 && ops[dl].alive {
+				ops[dl].code = opKeyGone
+			}
+		case dl >= 0 && ops[dl].alive:
+			ops[dl].code = opDelete
+		default:
+			p.coalesced++
+		}
+	}
+
+	groups := map[*tableDef]*groupPlan{}
+	for i := range ops {
+		o := &ops[i]
+		if !o.alive {
+			continue
+		}
+		g := groups[o.def]
+		if g == nil {
+			g = &groupPlan{def: o.def, key: o.key}
+			groups[o.def] = g
+			p.groups = append(p.groups, g)
+		}
+		row, err := stageRow(o)
+		if err != nil {
+			return nil, err
+		}
+		g.rows = append(g.rows, row)
+		switch o.code {
+		case opUpsert:
+			g.nUpsert++
+		case opDelete:
+			g.nDelete++
+		case opKeyGone:
+			g.nKeyGone++
+		}
+	}
+	return p, nil
+}
+
+// stageRow converts one operation into a staging row.
+func stageRow(o *plannedOp) ([]any, error) {
+	d := o.def
+	cols := d.table.Columns
+	out := make([]any, 0, len(cols)+4)
+	out = append(out, o.code)
+	for ci := range cols {
+		v := o.row[ci]
+		if o.del && !d.soft && !d.keySet[ci] {
+			out = append(out, nil) // a hard delete needs only the key
+			continue
+		}
+		if v == nil && d.keySet[ci] {
+			return nil, &tidemark.ValueError{Table: d.id, Column: cols[ci].Name, Detail: "business key column is NULL"}
+		}
+		cv, err := convert(d.id, &cols[ci], v)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, cv)
+	}
+	if o.version.Seq > math.MaxInt64 || o.version.Index > math.MaxInt32 {
+		return nil, fmt.Errorf("change of %s: version %s does not fit the %s bigint / %s integer columns", d.id, o.version, colSeq, colIdx)
+	}
+	var commit any
+	if !o.commit.IsZero() {
+		commit = o.commit.UTC()
+	}
+	out = append(out, int64(o.version.Seq), int32(o.version.Index), commit)
+	return out, nil
+}
+
+// applyOnce runs one attempt of the batch's transaction.
+func (s *Sink) applyOnce(ctx context.Context, b *tidemark.Batch, p *batchPlan) (st tidemark.ApplyStats, err error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return st, fmt.Errorf("begin transaction: %w", redact(err, s.secret))
+	}
+	done := false
+	defer func() {
+		if !done {
+			// A rollback error only means the connection is gone, which
+			// rolls back too.
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	// The transaction id lets an ambiguous COMMIT be resolved later with
+	// txid_status. The transaction writes anyway, so assigning it now
+	// costs nothing.
+	var xid int64
+	if err := tx.QueryRow(ctx, "SELECT txid_current()").Scan(&xid); err != nil {
+		return st, fmt.Errorf("begin transaction: %w", err)
+	}
+	st.Coalesced = p.coalesced
+	for _, g := range p.groups {
+		gs, err := s.applyGroup(ctx, tx, g)
+		if err != nil {
+			return st, err
+		}
+		st.Add(gs)
+	}
+	q := querier{tx}
+	if !b.Checkpoint.IsZero() {
+		if err := s.cfg.Checkpoints.SavePosition(ctx, q, b.Source, b.Checkpoint); err != nil {
+			return st, err
+		}
+	}
+	for _, w := range b.Watermarks {
+		if err := s.cfg.Checkpoints.SaveWatermark(ctx, q, b.Source, w); err != nil {
+			return st, err
+		}
+	}
+	if st.Total() != len(b.Changes) {
+		return st, fmt.Errorf("%d changes, counted %+v (total %d); rolled back: %w", len(b.Changes), st, st.Total(), tidemark.ErrStatsMismatch)
+	}
+	if s.hookBeforeCommit != nil {
+		if err := s.hookBeforeCommit(ctx, tx); err != nil {
+			return st, err
+		}
+	}
+	if s.hookCommit != nil {
+		err = s.hookCommit(ctx, tx)
+	} else {
+		err = tx.Commit(ctx)
+	}
+	done = true
+	if err == nil {
+		return st, nil
+	}
+	if !commitMayHaveHappened(err) {
+		return st, fmt.Errorf("commit: %w", err)
+	}
+	committed, rerr := s.resolveCommit(ctx, xid, b)
+	if rerr != nil {
+		return st, &ambiguousCommitError{err: err, resolveErr: redact(rerr, s.secret)}
+	}
+	if committed {
+		s.log.Info("commit failed on the client side but the transaction committed", "source", b.Source, "err", redact(err, s.secret))
+		return st, nil
+	}
+	return st, &ambiguousCommitError{err: err}
+}
+
+// applyGroup stages one target table's rows and merges them.
+func (s *Sink) applyGroup(ctx context.Context, tx pgx.Tx, g *groupPlan) (tidemark.ApplyStats, error) {
+	var st tidemark.ApplyStats
+	d := g.def
+	if _, err := tx.Exec(ctx, d.createStageSQL); err != nil {
+		return st, d.wrap("create staging table for", err)
+	}
+	n, err := tx.CopyFrom(ctx, pgx.Identifier{"pg_temp", d.stage}, d.copyColumns, pgx.CopyFromRows(g.rows))
+	if err != nil {
+		return st, d.wrap("stage rows for", err)
+	}
+	if n != int64(len(g.rows)) {
+		return st, fmt.Errorf("stage rows for %s: copied %d of %d rows", d.display, n, len(g.rows))
+	}
+	counted := g.nUpsert
+	if d.soft {
+		counted += g.nDelete
+	}
+	if counted > 0 {
+		rows, err := tx.Query(ctx, d.upsertSQL)
+		if err != nil {
+			return st, d.wrap("upsert into", err)
+		}
+		returned := 0
+		for rows.Next() {
+			var inserted, deleted bool
+			if d.soft {
+				err = rows.Scan(&inserted, &deleted)
+			} else {
+				err = rows.Scan(&inserted)
+			}
+			if err != nil {
+				rows.Close()
+				return st, d.wrap("upsert into", err)
+			}
+			returned++
+			switch {
+			case deleted:
+				st.Deleted++
+			case inserted:
+				st.Inserted++
+			default:
+				st.Updated++
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return st, d.wrap("upsert into", err)
+		}
+		st.Skipped += counted - returned
+	}
+	if d.soft && g.nKeyGone > 0 {
+		if _, err := tx.Exec(ctx, d.keyGoneSQL); err != nil {
+			return st, d.wrap("mark old keys deleted in", err)
+		}
+	}
+	if !d.soft && g.nDelete+g.nKeyGone > 0 {
+		rows, err := tx.Query(ctx, d.deleteSQL)
+		if err != nil {
+			return st, d.wrap("delete from", err)
+		}
+		deleted := 0
+		for rows.Next() {
+			var op string
+			if err := rows.Scan(&op); err != nil {
+				rows.Close()
+				return st, d.wrap("delete from", err)
+			}
+			if op == opDelete {
+				deleted++
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return st, d.wrap("delete from", err)
+		}
+		st.Deleted += deleted
+		st.Skipped += g.nDelete - deleted
+	}
+	return st, nil
+}
+
+// resolveCommit finds out whether the transaction xid committed after its
+// COMMIT failed without an answer. It asks PostgreSQL on a new connection
+// (txid_status), waiting while the transaction is still in progress; when
+// the status is no longer known it compares the stored checkpoint with the
+// batch's. It keeps trying for resolveTimeout, also when ctx is already
+// done: returning an error here means "outcome unknown".
+func (s *Sink) resolveCommit(ctx context.Context, xid int64, b *tidemark.Batch) (bool, error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resolveTimeout)
+	defer cancel()
+	backoff := tidemark.Backoff{Initial: 50 * time.Millisecond, Max: 2 * time.Second}
+	for attempt := 1; ; attempt++ {
+		var status *string
+		err := s.pool.QueryRow(rctx, "SELECT txid_status($1)", xid).Scan(&status)
+		if err == nil {
+			switch {
+			case status == nil:
+				return s.checkpointCommitted(rctx, b)
+			case *status == "committed":
+				return true, nil
+			case *status == "aborted":
+				return false, nil
+			}
+			err = fmt.Errorf("transaction %d is still %s", xid, *status)
+		} else if !retryable(err) {
+			return false, fmt.Errorf("read status of transaction %d: %w", xid, err)
+		}
+		t := time.NewTimer(backoff.Delay(attempt))
+		select {
+		case <-rctx.Done():
+			t.Stop()
+			return false, fmt.Errorf("read status of transaction %d: %w", xid, err)
+		case <-t.C:
+		}
+	}
+}
+
+// checkpointCommitted is the fallback of resolveCommit: the batch committed
+// if the stored checkpoint equals its checkpoint. Without a checkpoint the
+// batch is treated as not committed, and replaying it is safe.
+func (s *Sink) checkpointCommitted(ctx context.Context, b *tidemark.Batch) (bool, error) {
+	if b.Checkpoint.IsZero() {
+		return false, nil
+	}
+	pos, ok, err := s.cfg.Checkpoints.LoadPosition(ctx, querier{s.pool}, b.Source)
+	if err != nil {
+		return false, err
+	}
+	return ok && pos == b.Checkpoint, nil
+}

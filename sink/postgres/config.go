@@ -1,0 +1,88 @@
+package postgres
+
+import (
+	"fmt"
+	"log/slog"
+
+	"tidemark"
+)
+
+// DeleteMode says what a source delete does to the target row.
+type DeleteMode string
+
+// The delete modes.
+const (
+	// DeleteHard deletes the target row (guarded by its version). The
+	// version of a deleted row is gone with it: see Sink.Apply for what
+	// that means for replays.
+	DeleteHard DeleteMode = "hard"
+	// DeleteSoft keeps the row with the before image of the delete,
+	// _tm_deleted = true and _tm_deleted_at = the source commit time. A
+	// later insert of the same key brings it back (_tm_deleted = false).
+	DeleteSoft DeleteMode = "soft"
+)
+
+// Config configures a Sink. The zero value of every optional field is the
+// documented default.
+type Config struct {
+	// DSN is the PostgreSQL connection string (URL or key=value form). It
+	// is a secret: it never appears in a log line or an error. Set sslmode
+	// explicitly; pgx's default, prefer, silently falls back to plaintext
+	// (Open logs a warning when that fallback is possible).
+	DSN string
+	// Checkpoints stores positions and watermarks in the target, inside
+	// each batch's transaction. Required.
+	Checkpoints tidemark.CheckpointStore
+	// TargetSchema is the PostgreSQL schema of every target table. Empty
+	// means one schema per source database, named like it.
+	TargetSchema string
+	// DeleteMode is DeleteHard (default) or DeleteSoft.
+	DeleteMode DeleteMode
+	// Logger receives the sink's log lines. Default slog.Default().
+	Logger *slog.Logger
+	// Retry is the backoff for transient errors (connection loss,
+	// serialization failures, deadlocks, server shutdown). The zero value
+	// retries with the defaults of tidemark.Backoff until ctx is done.
+	Retry tidemark.Backoff
+	// MaxConns caps the connection pool. Default: pgx's (the larger of 4
+	// and the number of CPUs).
+	MaxConns int
+}
+
+func (c Config) withDefaults() Config {
+	if c.DeleteMode == "" {
+		c.DeleteMode = DeleteHard
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// validate checks c (after withDefaults). Errors name the field; none holds
+// the DSN.
+func (c Config) validate() error {
+	if c.DSN == "" {
+		return fmt.Errorf("postgres sink config: dsn: required")
+	}
+	if c.Checkpoints == nil {
+		return fmt.Errorf("postgres sink config: checkpoints: required")
+	}
+	if c.TargetSchema != "" {
+		if err := tidemark.CheckIdentifier("schema", c.TargetSchema); err != nil {
+			return fmt.Errorf("postgres sink config: target_schema: %w", err)
+		}
+	}
+	switch c.DeleteMode {
+	case DeleteHard, DeleteSoft:
+	default:
+		return fmt.Errorf("postgres sink config: delete_mode: must be %q or %q, got %q", DeleteHard, DeleteSoft, string(c.DeleteMode))
+	}
+	if c.MaxConns < 0 || c.MaxConns > 1<<20 {
+		return fmt.Errorf("postgres sink config: max_conns: must be between 0 (default) and %d, got %d", 1<<20, c.MaxConns)
+	}
+	if c.Retry.Attempts < 0 {
+		return fmt.Errorf("postgres sink config: retry.attempts: must not be negative, got %d", c.Retry.Attempts)
+	}
+	return nil
+}

@@ -1,0 +1,311 @@
+package postgres
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"tidemark"
+)
+
+// Metadata columns of every target table. Source columns may not use the
+// "_tm_" prefix.
+const (
+	colSeq         = "_tm_seq"         // Version.Seq: bigint not null
+	colIdx         = "_tm_idx"         // Version.Index: integer not null
+	colCommitTime  = "_tm_commit_time" // source commit time: timestamptz
+	colLoadedAt    = "_tm_loaded_at"   // PostgreSQL's now() at insert and update
+	colDeleted     = "_tm_deleted"     // soft delete mode: boolean not null default false
+	colDeletedAt   = "_tm_deleted_at"  // soft delete mode: source commit time of the delete
+	colOp          = "_tm_op"          // staging only: 'u' upsert, 'd' delete, 'k' old key of a key change
+	reservedPrefix = "_tm_"
+)
+
+// Staged operation codes (the _tm_op column of a staging table).
+const (
+	opUpsert = "u" // insert, update or read: counted as inserted/updated/skipped
+	opDelete = "d" // delete: counted as deleted/skipped
+	// opKeyGone removes the old key of an update that changed the key. It
+	// is not counted: the change it comes from is counted by its upsert.
+	opKeyGone = "k"
+)
+
+// ddlLockKey serializes DDL (CREATE SCHEMA / CREATE TABLE IF NOT EXISTS,
+// which race into unique violations between sessions). It is the same key
+// the checkpoint package uses for its control tables, so the two never race
+// on a shared schema either.
+const ddlLockKey int64 = 0x746964656d61726b
+
+// tableDef is everything the sink derives from one source table schema
+// (Table.ID + Table.Fingerprint): names, types and SQL text. It is built
+// without touching the database and is immutable.
+type tableDef struct {
+	id      tidemark.TableID
+	table   *tidemark.Table
+	schema  string // target schema, unquoted
+	name    string // target table, unquoted
+	display string // schema.name for messages
+	qname   string // "schema"."name"
+	stage   string // staging table name, unquoted (in pg_temp)
+	types   []string
+	keySet  []bool
+	soft    bool
+
+	createTableSQL string
+	createStageSQL string
+	upsertSQL      string // hard: op 'u'; soft: ops 'u' and 'd'
+	keyGoneSQL     string // soft only: op 'k'
+	deleteSQL      string // hard only: ops 'd' and 'k'
+	copyColumns    []string
+	wantColumns    []string // every column the target table must have
+}
+
+// newTableDef validates t and builds its definition.
+func newTableDef(t *tidemark.Table, targetSchema string, mode DeleteMode) (*tableDef, error) {
+	d := &tableDef{id: t.ID, table: t, schema: targetSchema, name: t.ID.Name, soft: mode == DeleteSoft}
+	if d.schema == "" {
+		d.schema = t.ID.Database
+	}
+	fail := func(format string, args ...any) (*tableDef, error) {
+		return nil, fmt.Errorf("map table %s to PostgreSQL: %s", t.ID, fmt.Sprintf(format, args...))
+	}
+	if err := tidemark.CheckIdentifier("schema", d.schema); err != nil {
+		return fail("%v", err)
+	}
+	if err := tidemark.CheckIdentifier("table", d.name); err != nil {
+		return fail("%v", err)
+	}
+	if len(t.Columns) == 0 {
+		return fail("no columns")
+	}
+	if len(t.Key) == 0 {
+		return fail("no business key (a primary key or a configured key is required for upserts)")
+	}
+	d.display = d.schema + "." + d.name
+	d.qname = quoteIdent(d.schema) + "." + quoteIdent(d.name)
+	sum := sha256.Sum256([]byte(d.schema + "\x00" + d.name + "\x00" + t.Fingerprint()))
+	d.stage = "_tm_stage_" + hex.EncodeToString(sum[:8])
+
+	seen := map[string]bool{}
+	d.types = make([]string, len(t.Columns))
+	for i := range t.Columns {
+		c := &t.Columns[i]
+		if err := tidemark.CheckIdentifier("column", c.Name); err != nil {
+			return fail("%v", err)
+		}
+		if strings.HasPrefix(strings.ToLower(c.Name), reservedPrefix) {
+			return fail("column %q: names starting with %q are reserved for tidemark's metadata columns", c.Name, reservedPrefix)
+		}
+		if seen[c.Name] {
+			return fail("column %q appears twice", c.Name)
+		}
+		seen[c.Name] = true
+		typ, err := pgType(c)
+		if err != nil {
+			return fail("column %q: %v", c.Name, err)
+		}
+		d.types[i] = typ
+	}
+	d.keySet = make([]bool, len(t.Columns))
+	for _, k := range t.Key {
+		if k < 0 || k >= len(t.Columns) {
+			return fail("key column index %d out of range", k)
+		}
+		if d.keySet[k] {
+			return fail("key column %q appears twice", t.Columns[k].Name)
+		}
+		d.keySet[k] = true
+	}
+	d.buildSQL()
+	return d, nil
+}
+
+func (d *tableDef) buildSQL() {
+	t := d.table
+	cols := make([]string, len(t.Columns)) // quoted
+	for i := range t.Columns {
+		cols[i] = quoteIdent(t.Columns[i].Name)
+	}
+	keys := make([]string, len(t.Key))
+	for i, k := range t.Key {
+		keys[i] = cols[k]
+	}
+	q := quoteIdent
+
+	// Target table. Only key columns are NOT NULL: the source enforces the
+	// rest, and a soft-delete tombstone carries whatever the before image
+	// holds.
+	var b strings.Builder
+	fmt.Fprintf(&b, "CREATE TABLE IF NOT EXISTS %s (\n", d.qname)
+	for i := range t.Columns {
+		fmt.Fprintf(&b, "\t%s %s", cols[i], d.types[i])
+		if d.keySet[i] {
+			b.WriteString(" NOT NULL")
+		}
+		b.WriteString(",\n")
+	}
+	fmt.Fprintf(&b, "\t%s bigint NOT NULL,\n\t%s integer NOT NULL,\n\t%s timestamptz,\n\t%s timestamptz NOT NULL DEFAULT now(),\n",
+		q(colSeq), q(colIdx), q(colCommitTime), q(colLoadedAt))
+	if d.soft {
+		fmt.Fprintf(&b, "\t%s boolean NOT NULL DEFAULT false,\n\t%s timestamptz,\n", q(colDeleted), q(colDeletedAt))
+	}
+	fmt.Fprintf(&b, "\tPRIMARY KEY (%s)\n)", strings.Join(keys, ", "))
+	d.createTableSQL = b.String()
+
+	d.wantColumns = make([]string, 0, len(t.Columns)+6)
+	for i := range t.Columns {
+		d.wantColumns = append(d.wantColumns, t.Columns[i].Name)
+	}
+	d.wantColumns = append(d.wantColumns, colSeq, colIdx, colCommitTime, colLoadedAt)
+	if d.soft {
+		d.wantColumns = append(d.wantColumns, colDeleted, colDeletedAt)
+	}
+
+	// Staging table: a session temp table, emptied at every commit. Same
+	// types as the target so COPY reports a bad value with its column.
+	b.Reset()
+	fmt.Fprintf(&b, "CREATE TEMP TABLE IF NOT EXISTS %s (%s text", q(d.stage), q(colOp))
+	for i := range t.Columns {
+		fmt.Fprintf(&b, ", %s %s", cols[i], d.types[i])
+	}
+	fmt.Fprintf(&b, ", %s bigint, %s integer, %s timestamptz) ON COMMIT DELETE ROWS", q(colSeq), q(colIdx), q(colCommitTime))
+	d.createStageSQL = b.String()
+
+	d.copyColumns = make([]string, 0, len(t.Columns)+4)
+	d.copyColumns = append(d.copyColumns, colOp)
+	for i := range t.Columns {
+		d.copyColumns = append(d.copyColumns, t.Columns[i].Name)
+	}
+	d.copyColumns = append(d.copyColumns, colSeq, colIdx, colCommitTime)
+
+	stage := "pg_temp." + q(d.stage)
+	// The version guard: a staged row replaces the target row only if it is
+	// strictly newer, so a replay or an older change is a no-op (Skipped).
+	guard := fmt.Sprintf("(t.%s, t.%s) < (EXCLUDED.%s, EXCLUDED.%s)", q(colSeq), q(colIdx), q(colSeq), q(colIdx))
+
+	upsert := func(opFilter string) string {
+		var b strings.Builder
+		insertCols := append(append([]string{}, cols...), q(colSeq), q(colIdx), q(colCommitTime), q(colLoadedAt))
+		sel := make([]string, 0, len(cols)+6)
+		for _, c := range cols {
+			sel = append(sel, "s."+c)
+		}
+		sel = append(sel, "s."+q(colSeq), "s."+q(colIdx), "s."+q(colCommitTime), "now()")
+		if d.soft {
+			insertCols = append(insertCols, q(colDeleted), q(colDeletedAt))
+			sel = append(sel,
+				fmt.Sprintf("s.%s <> '%s'", q(colOp), opUpsert),
+				fmt.Sprintf("CASE WHEN s.%s = '%s' THEN NULL ELSE COALESCE(s.%s, now()) END", q(colOp), opUpsert, q(colCommitTime)))
+		}
+		fmt.Fprintf(&b, "INSERT INTO %s AS t (%s)\nSELECT %s FROM %s AS s WHERE s.%s %s\n",
+			d.qname, strings.Join(insertCols, ", "), strings.Join(sel, ", "), stage, q(colOp), opFilter)
+		fmt.Fprintf(&b, "ON CONFLICT (%s) DO UPDATE SET ", strings.Join(keys, ", "))
+		var set []string
+		for i := range cols {
+			if !d.keySet[i] {
+				set = append(set, fmt.Sprintf("%s = EXCLUDED.%s", cols[i], cols[i]))
+			}
+		}
+		for _, m := range []string{colSeq, colIdx, colCommitTime} {
+			set = append(set, fmt.Sprintf("%s = EXCLUDED.%s", q(m), q(m)))
+		}
+		set = append(set, q(colLoadedAt)+" = now()")
+		if d.soft {
+			set = append(set, fmt.Sprintf("%s = EXCLUDED.%s", q(colDeleted), q(colDeleted)),
+				fmt.Sprintf("%s = EXCLUDED.%s", q(colDeletedAt), q(colDeletedAt)))
+		}
+		b.WriteString(strings.Join(set, ", "))
+		fmt.Fprintf(&b, "\nWHERE %s\nRETURNING (t.xmax = 0)", guard)
+		if d.soft {
+			fmt.Fprintf(&b, ", t.%s", q(colDeleted))
+		}
+		return b.String()
+	}
+	if d.soft {
+		d.upsertSQL = upsert(fmt.Sprintf("IN ('%s', '%s')", opUpsert, opDelete))
+		d.keyGoneSQL = upsert(fmt.Sprintf("= '%s'", opKeyGone))
+	} else {
+		d.upsertSQL = upsert(fmt.Sprintf("= '%s'", opUpsert))
+		// Hard delete, guarded like the upsert. The deleted row's version
+		// goes with it: replaying from an older checkpoint can bring the
+		// row back (an older insert or update finds no row to lose to)
+		// until the replay reaches this delete again, which removes it
+		// again. That converges, and the checkpoint is only ever stored
+		// with the delete's transaction, so the delete cannot be skipped.
+		var conds []string
+		for _, k := range keys {
+			conds = append(conds, fmt.Sprintf("t.%s = s.%s", k, k))
+		}
+		d.deleteSQL = fmt.Sprintf("DELETE FROM %s AS t USING %s AS s\nWHERE s.%s IN ('%s', '%s') AND %s\n  AND (t.%s, t.%s) < (s.%s, s.%s)\nRETURNING s.%s",
+			d.qname, stage, q(colOp), opDelete, opKeyGone, strings.Join(conds, " AND "),
+			q(colSeq), q(colIdx), q(colSeq), q(colIdx), q(colOp))
+	}
+}
+
+// ensure creates the target schema and table if they are missing and checks
+// that an existing table has every column the sink writes. It runs in its
+// own short transaction before the batch's: an empty table left behind by a
+// batch that then fails is harmless.
+func (d *tableDef) ensure(ctx context.Context, tx pgx.Tx) error {
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", d.qname).Scan(&exists); err != nil {
+		return d.wrap("look up table", err)
+	}
+	if !exists {
+		// Check before CREATE ... IF NOT EXISTS: those need the CREATE
+		// privilege even when the object exists.
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", ddlLockKey); err != nil {
+			return d.wrap("lock for DDL on table", err)
+		}
+		var schemaExists bool
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", d.schema).Scan(&schemaExists); err != nil {
+			return d.wrap("look up schema of table", err)
+		}
+		if !schemaExists {
+			if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quoteIdent(d.schema)); err != nil {
+				return d.wrap("create schema of table", err)
+			}
+		}
+		if _, err := tx.Exec(ctx, d.createTableSQL); err != nil {
+			return d.wrap("create table", err)
+		}
+	}
+	rows, err := tx.Query(ctx, "SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped", d.qname)
+	if err != nil {
+		return d.wrap("read columns of table", err)
+	}
+	have, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return d.wrap("read columns of table", err)
+	}
+	haveSet := make(map[string]bool, len(have))
+	for _, c := range have {
+		haveSet[c] = true
+	}
+	for _, c := range d.wantColumns {
+		if !haveSet[c] {
+			return fmt.Errorf("check table %s: target table has no column %q (source table %s); add it with ALTER TABLE: schema evolution is not automatic yet", d.display, c, d.id)
+		}
+	}
+	return nil
+}
+
+// wrap annotates a database error with the table and, when PostgreSQL names
+// one, the column.
+func (d *tableDef) wrap(what string, err error) error {
+	if col := errColumn(err, d.table); col != "" {
+		return fmt.Errorf("%s %s (column %q): %w", what, d.display, col, err)
+	}
+	return fmt.Errorf("%s %s: %w", what, d.display, err)
+}
+
+// quoteIdent quotes an SQL identifier for PostgreSQL, doubling embedded
+// double quotes. Names are validated with tidemark.CheckIdentifier first;
+// quoting is the second line of defence.
+func quoteIdent(s string) string {
+	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}
