@@ -77,12 +77,18 @@ func (e *ambiguousCommitError) Unwrap() error { return e.err }
 
 // commitMayHaveHappened reports whether a failed COMMIT may nevertheless
 // have committed: the server did not answer (connection lost, timeout,
-// context cancelled mid-flight). A server error (SQLSTATE) means it did not
-// commit; an error pgconn marks safe to retry means nothing was sent.
+// context cancelled mid-flight). An error answer (SQLSTATE) means it did not
+// commit, except that a session-ending one (FATAL, PANIC) is checked as well:
+// asking costs nothing on this rare path. An error pgconn marks safe to
+// retry means nothing was sent.
 func commitMayHaveHappened(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		return false
+		sev := pgErr.SeverityUnlocalized
+		if sev == "" {
+			sev = pgErr.Severity
+		}
+		return sev == "FATAL" || sev == "PANIC"
 	}
 	if errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, pgx.ErrTxClosed) {
 		return false
