@@ -269,8 +269,9 @@ func convertValue(c *tidemark.Column, v any) (any, string) {
 		if !ok {
 			return nil, wrongType(c, "tidemark.JSON", v)
 		}
-		// A plain string: pgx would json.Marshal a named string type into
-		// a JSON string literal.
+		// Validated here so a bad document is a ValueError naming the
+		// column; sent as a plain string, which pgx writes as JSON text
+		// unchanged (a non-string Go value would be json.Marshal'ed).
 		if !json.Valid([]byte(x)) {
 			return nil, "not valid JSON"
 		}
