@@ -161,16 +161,29 @@ func (s *Sink) plan(b *tidemark.Batch) (*batchPlan, error) {
 		return idx
 	}
 
+	type tableAndKey struct {
+		def *tableDef
+		key defKey
+	}
+	byTable := map[*tidemark.Table]tableAndKey{}
 	for i := range b.Changes {
 		c := &b.Changes[i]
 		perChange[i] = [2]int{-1, -1}
 		if c.Table == nil {
 			return nil, fmt.Errorf("change %d: no table", i)
 		}
-		d, dk, err := s.def(c.Table)
-		if err != nil {
-			return nil, err
+		td, ok := byTable[c.Table]
+		if !ok {
+			// Table values are shared between changes: look each up (and
+			// compute its fingerprint) once per batch.
+			d, dk, err := s.def(c.Table)
+			if err != nil {
+				return nil, err
+			}
+			td = tableAndKey{d, dk}
+			byTable[c.Table] = td
 		}
+		d, dk := td.def, td.key
 		check := func(name string, row []any) error {
 			if row == nil {
 				return fmt.Errorf("change %d (%s of %s, version %s): no %s image", i, c.Op, c.Table.ID, c.Version, name)

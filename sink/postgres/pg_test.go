@@ -133,7 +133,7 @@ ON CONFLICT (source, db, tbl) DO UPDATE SET value = GREATEST(w.value, EXCLUDED.v
 
 // env is one test's sink, schema and checking connection.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	sink   *Sink
 	store  *testStore
 	schema string // target schema
@@ -144,7 +144,7 @@ type envOption func(*Config)
 
 func softDeletes(c *Config) { c.DeleteMode = DeleteSoft }
 
-func newEnv(t *testing.T, opts ...envOption) *env {
+func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Helper()
 	schema := randomSchema(t)
 	store := &testStore{schema: randomSchema(t)}
@@ -166,7 +166,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	return &env{t: t, sink: s, store: store, schema: schema, conn: connect(t)}
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
