@@ -312,8 +312,10 @@ func (s *Sink) applyOnce(ctx context.Context, b *tidemark.Batch, p *batchPlan) (
 	defer func() {
 		if !done {
 			// A rollback error only means the connection is gone, which
-			// rolls back too.
-			_ = tx.Rollback(context.WithoutCancel(ctx))
+			// rolls back too. It runs even when ctx is done, bounded.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+			_ = tx.Rollback(rctx)
+			cancel()
 		}
 	}()
 	// The transaction id lets an ambiguous COMMIT be resolved later with

@@ -219,3 +219,6 @@ func (r rowScanner) Scan(dest ...any) error {
 // resolveTimeout bounds how long the sink tries to learn the outcome of an
 // ambiguous commit when ctx is already done.
 const resolveTimeout = 30 * time.Second
+
+// rollbackTimeout bounds a rollback after a failed attempt.
+const rollbackTimeout = 5 * time.Second

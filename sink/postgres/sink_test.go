@@ -757,3 +757,22 @@ func TestPasswordNotInErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestCheckpointBadStoredValue(t *testing.T) {
+	e := newEnv(t)
+	if _, err := e.conn.Exec(context.Background(), `INSERT INTO `+e.store.cp()+` (source, position) VALUES ('x', 'pos=12;bogus')`); err != nil {
+		t.Fatal(err)
+	}
+	_, ok, err := e.sink.Checkpoint(context.Background(), "x")
+	if err == nil || ok {
+		t.Fatalf("Checkpoint = %t, %v; want an error", ok, err)
+	}
+	for _, want := range []string{`source "x"`, e.store.schema + ".cp", "parse position"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not contain %q", err, want)
+		}
+	}
+	if _, ok := e.checkpoint("unknown"); ok {
+		t.Error("a checkpoint for an unknown source")
+	}
+}
