@@ -1,0 +1,88 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+const goodConfig = `
+source:
+  name: shop
+  addr: 127.0.0.1:33061
+  user: tidemark
+  password: ${TM_PW}
+  server_id: 4242
+  time_zone: Asia/Kolkata
+  business_keys:
+    shop.orders: [order_id, line_item_id]
+  zones:
+    shop.events.created_at: {time_zone: UTC}
+target:
+  postgres:
+    dsn: postgres://tidemark:${TM_PW}@127.0.0.1:54329/tidemark?sslmode=disable
+    delete_mode: soft
+batch:
+  max_changes: 1000
+  max_delay: 50ms
+log:
+  level: debug
+`
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestParseConfig(t *testing.T) {
+	cfg, err := ParseConfig([]byte(goodConfig), env(map[string]string{"TM_PW": "p@ss: #word"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Source.Password != "p@ss: #word" || !strings.Contains(cfg.Target.Postgres.DSN, "p@ss: #word") {
+		t.Fatalf("env not expanded literally: %q", cfg.Source.Password)
+	}
+	if cfg.Batch.MaxDelay.Milliseconds() != 50 || cfg.Source.ServerID != 4242 {
+		t.Fatalf("decoded %+v", cfg.Batch)
+	}
+	bc, err := cfg.BinlogConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bc.Zone.Location.String() != "Asia/Kolkata" || bc.ZoneOverrides["shop.events.created_at"].Location.String() != "UTC" {
+		t.Fatalf("zones %v %v", bc.Zone.Location, bc.ZoneOverrides)
+	}
+}
+
+func TestParseConfigErrorsNameTheField(t *testing.T) {
+	secret := "hunter2-secret"
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"unknown key", strings.Replace(goodConfig, "server_id:", "serverid:", 1), "serverid"},
+		{"missing env", strings.Replace(goodConfig, "${TM_PW}", "${NOPE}", 1), "NOPE"},
+		{"bad zone", strings.Replace(goodConfig, "Asia/Kolkata", "Asia/Atlantis", 1), "source.time_zone"},
+		{"no zone", strings.Replace(goodConfig, "time_zone: Asia/Kolkata", "", 1), "source.time_zone"},
+		{"bad fold", strings.Replace(goodConfig, "time_zone: Asia/Kolkata", "time_zone: Asia/Kolkata\n  fold: sideways", 1), "source.fold"},
+		{"bad override zone", strings.Replace(goodConfig, "{time_zone: UTC}", "{time_zone: Mars/Base}", 1), "source.zones.shop.events.created_at.time_zone"},
+		{"no server id", strings.Replace(goodConfig, "server_id: 4242", "", 1), "server_id"},
+		{"bad addr", strings.Replace(goodConfig, "127.0.0.1:33061", "localhost", 1), "addr"},
+		{"bad level", strings.Replace(goodConfig, "level: debug", "level: loud", 1), "log.level"},
+		{"no target", goodConfig[:strings.Index(goodConfig, "target:")], "target.postgres"},
+		{"bad start", strings.Replace(goodConfig, "server_id: 4242", "server_id: 4242\n  start_position: nonsense", 1), "source.start_position"},
+		{"bad type", strings.Replace(goodConfig, "server_id: 4242", "server_id: many", 1), "server_id"},
+		{"bad business key", strings.Replace(goodConfig, "shop.orders:", "orders:", 1), "business_keys"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(tc.yaml), env(map[string]string{"TM_PW": secret}))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not name %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Fatalf("secret in error: %q", err)
+			}
+		})
+	}
+}

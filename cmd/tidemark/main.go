@@ -1,0 +1,231 @@
+// Command tidemark is a change-data-capture daemon: it tails a MySQL or
+// MariaDB binlog and applies UTC-normalized, version-guarded changes to
+// PostgreSQL, committing each batch with its checkpoint.
+//
+// Usage:
+//
+//	tidemark run --config tidemark.yaml   replicate until SIGINT/SIGTERM
+//	tidemark checkpoint --config F        print the stored checkpoint
+//	tidemark demo                         run the demo on the local services
+//	tidemark version                      print the version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+	"time"
+	_ "time/tzdata" // time zones work on a machine without zoneinfo
+
+	"tidemark"
+	"tidemark/binlog"
+	"tidemark/checkpoint"
+	"tidemark/sink/postgres"
+)
+
+// version is set with -ldflags "-X main.version=…".
+var version = "dev"
+
+// Exit codes.
+const (
+	exitOK     = 0
+	exitFailed = 1
+	exitUsage  = 2
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, `usage: tidemark <command> [flags]
+
+commands:
+  run --config FILE          replicate until SIGINT/SIGTERM, then commit what was read and exit 0
+  checkpoint --config FILE   print the checkpoint stored in the target
+  demo [--rows N]            replicate a demo workload on the local services (make demo)
+  version                    print the version`)
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	switch args[0] {
+	case "version", "--version":
+		fmt.Fprintln(stdout, "tidemark", buildVersion())
+		return exitOK
+	case "run":
+		return cmdRun(ctx, args[1:], stderr)
+	case "checkpoint":
+		return cmdCheckpoint(ctx, args[1:], stdout, stderr)
+	case "demo":
+		return cmdDemo(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		usage(stdout)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "tidemark: unknown command %q\n", args[0])
+	usage(stderr)
+	return exitUsage
+}
+
+func buildVersion() string {
+	v := version
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				v += " (" + s.Value[:12] + ")"
+			}
+		}
+		v += " " + bi.GoVersion
+	}
+	return v
+}
+
+func newLogger(cfg LogConfig, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(orDefault(cfg.Level, "info")))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+func loadConfigFlag(name string, args []string, stderr io.Writer) (*Config, *flag.FlagSet, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "tidemark.yaml", "path to the YAML config")
+	if err := fs.Parse(args); err != nil {
+		return nil, fs, err
+	}
+	cfg, err := LoadConfig(*path)
+	return cfg, fs, err
+}
+
+// daemon is the wired pipeline of one source.
+type daemon struct {
+	tailer   *binlog.Tailer
+	sink     *postgres.Sink
+	pipeline *tidemark.Pipeline
+	start    tidemark.Position
+}
+
+// wire builds the components from a validated config.
+func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tidemark.Batch, tidemark.ApplyStats, time.Duration)) (*daemon, error) {
+	bc, err := cfg.BinlogConfig()
+	if err != nil {
+		return nil, err
+	}
+	bc.Logger = log.With("component", "binlog", "source", bc.Name)
+	tailer, err := binlog.New(bc)
+	if err != nil {
+		return nil, err
+	}
+	store, err := checkpoint.New(checkpoint.Config{Schema: cfg.Target.Postgres.ControlSchema})
+	if err != nil {
+		return nil, err
+	}
+	pc := cfg.PostgresSinkConfig()
+	pc.Checkpoints = store
+	pc.Logger = log.With("component", "postgres")
+	sink, err := postgres.Open(ctx, pc)
+	if err != nil {
+		return nil, err
+	}
+	p, err := tidemark.NewPipeline(tidemark.PipelineConfig{
+		Source: bc.Name, MaxBatchChanges: cfg.Batch.MaxChanges, MaxBatchBytes: cfg.Batch.MaxBytes,
+		MaxDelay: cfg.Batch.MaxDelay, Logger: log.With("component", "pipeline"), OnApply: onApply,
+	}, tailer, nil, sink)
+	if err != nil {
+		sink.Close()
+		return nil, err
+	}
+	start, _ := tidemark.ParsePosition(cfg.Source.StartPosition)
+	return &daemon{tailer: tailer, sink: sink, pipeline: p, start: start}, nil
+}
+
+func (d *daemon) Close() {
+	d.tailer.Close()
+	d.sink.Close()
+}
+
+func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
+	cfg, _, err := loadConfigFlag("run", args, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "tidemark:", err)
+		return exitUsage
+	}
+	log := newLogger(cfg.Log, stderr)
+	var applied tidemark.ApplyStats
+	last := time.Now()
+	d, err := wire(ctx, cfg, log, func(b *tidemark.Batch, s tidemark.ApplyStats, took time.Duration) {
+		applied.Add(s)
+		if time.Since(last) >= 10*time.Second {
+			last = time.Now()
+			log.Info("applied", "inserted", applied.Inserted, "updated", applied.Updated, "deleted", applied.Deleted,
+				"skipped", applied.Skipped, "coalesced", applied.Coalesced, "checkpoint", b.Checkpoint.String())
+		}
+	})
+	if err != nil {
+		log.Error("start failed", "err", err)
+		return exitFailed
+	}
+	defer d.Close()
+	if err := d.pipeline.Run(ctx, d.start); err != nil {
+		if errors.Is(err, tidemark.ErrPositionPurged) {
+			log.Error("the source has purged the checkpoint's binlog position; run a catch-up (fallback) or re-snapshot", "err", err)
+		} else {
+			log.Error("pipeline stopped", "err", err)
+		}
+		return exitFailed
+	}
+	total, pos := d.pipeline.Totals()
+	log.Info("stopped cleanly", "checkpoint", pos.String(), "inserted", total.Inserted, "updated", total.Updated,
+		"deleted", total.Deleted, "skipped", total.Skipped, "coalesced", total.Coalesced)
+	return exitOK
+}
+
+func cmdCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, _, err := loadConfigFlag("checkpoint", args, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "tidemark:", err)
+		return exitUsage
+	}
+	log := newLogger(cfg.Log, stderr)
+	d, err := wire(ctx, cfg, log, nil)
+	if err != nil {
+		log.Error("start failed", "err", err)
+		return exitFailed
+	}
+	defer d.Close()
+	pos, ok, err := d.sink.Checkpoint(ctx, cfg.Source.Name)
+	if err != nil {
+		log.Error("read checkpoint failed", "err", err)
+		return exitFailed
+	}
+	if !ok {
+		fmt.Fprintln(stdout, "no checkpoint for source", cfg.Source.Name)
+		return exitOK
+	}
+	fmt.Fprintln(stdout, pos.String())
+	return exitOK
+}

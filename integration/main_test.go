@@ -1,0 +1,204 @@
+// Package integration runs tidemark end to end against the real MariaDB and
+// PostgreSQL started by scripts/services.sh: in process through the wired
+// components, and as the real binary killed with SIGKILL.
+package integration
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/jackc/pgx/v5"
+
+	"tidemark"
+	"tidemark/integration/harness"
+)
+
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tidemark-it-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "tidemark")
+	build := exec.Command("go", "build", "-o", binPath, "tidemark/cmd/tidemark")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build tidemark:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type fixture struct {
+	env harness.Env
+	my  *client.Conn
+	pg  *pgx.Conn
+	ctx context.Context
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	env, err := harness.EnvFromOS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	my, err := env.MySQL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { my.Close() })
+	ctx := context.Background()
+	pg, err := env.PG(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Close(ctx) })
+	return &fixture{env: env, my: my, pg: pg, ctx: ctx}
+}
+
+func randName(prefix string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// dropLater removes a test's source database, target schema and checkpoint.
+func (f *fixture) dropLater(t *testing.T, db string, sources ...string) {
+	t.Cleanup(func() {
+		_, _ = f.my.Execute("DROP DATABASE IF EXISTS " + db)
+		_, _ = f.pg.Exec(f.ctx, "DROP SCHEMA IF EXISTS "+db+" CASCADE")
+		for _, s := range sources {
+			_, _ = f.pg.Exec(f.ctx, "DELETE FROM tidemark.checkpoints WHERE source = $1", s)
+		}
+	})
+}
+
+// configYAML writes a daemon config; the password comes from the
+// environment (${TM_IT_MYSQL_PASSWORD}) to exercise expansion.
+func (f *fixture) configYAML(t *testing.T, source, db, targetSchema, zone string, start tidemark.Position) string {
+	t.Helper()
+	y := fmt.Sprintf(`source:
+  name: %s
+  addr: %s
+  user: %s
+  password: ${TM_IT_MYSQL_PASSWORD}
+  server_id: %d
+  time_zone: %s
+  include: ["%s.*"]
+  start_position: "%s"
+  heartbeat: 1s
+target:
+  postgres:
+    dsn: ${TM_IT_PG_DSN}
+    schema: %s
+batch:
+  max_delay: 50ms
+log:
+  level: info
+`, source, f.env.MySQLAddr, f.env.MySQLUser, 5000+time.Now().UnixNano()%1000, zone, db, start.String(), targetSchema)
+	p := filepath.Join(t.TempDir(), "tidemark.yaml")
+	if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// daemonProc is a running tidemark binary.
+type daemonProc struct {
+	cmd    *exec.Cmd
+	stderr *lockedWriter
+	done   chan error
+}
+
+func (f *fixture) startDaemon(t *testing.T, config string, extraEnv ...string) *daemonProc {
+	t.Helper()
+	cmd := exec.Command(binPath, "run", "--config", config)
+	cmd.Env = append(os.Environ(), "TM_IT_MYSQL_PASSWORD="+f.env.MySQLPassword, "TM_IT_PG_DSN="+f.env.PGDSN)
+	cmd.Env = append(cmd.Env, extraEnv...)
+	lw := &lockedWriter{}
+	cmd.Stderr = lw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &daemonProc{cmd: cmd, stderr: lw, done: make(chan error, 1)}
+	go func() { d.done <- cmd.Wait() }()
+	return d
+}
+
+// stop sends SIGTERM and returns the exit code.
+func (d *daemonProc) stop(t *testing.T) int {
+	t.Helper()
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(60 * time.Second):
+		_ = d.cmd.Process.Kill()
+		t.Fatalf("daemon did not stop on SIGTERM; stderr:\n%s", d.stderr.String())
+	}
+	return d.cmd.ProcessState.ExitCode()
+}
+
+func (d *daemonProc) kill() {
+	_ = d.cmd.Process.Signal(syscall.SIGKILL)
+	<-d.done
+}
+
+func (f *fixture) compare(t *testing.T, spec harness.TableSpec) *harness.Diff {
+	t.Helper()
+	d, err := harness.Compare(f.ctx, f.my, f.pg, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Equal() {
+		t.Fatalf("target differs from source: %s\n%s", d, strings.Join(d.Examples, "\n"))
+	}
+	return d
+}
+
+func (f *fixture) waitCaughtUp(t *testing.T, source string, d *daemonProc) {
+	t.Helper()
+	target, err := harness.SourcePosition(f.my)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := harness.WaitCaughtUp(f.ctx, f.pg, "", source, target, 120*time.Second); err != nil {
+		stderr := ""
+		if d != nil {
+			stderr = d.stderr.String()
+		}
+		t.Fatalf("%v\ndaemon stderr:\n%s", err, stderr)
+	}
+}
+
+// lockedWriter collects a subprocess's output for failure messages.
+type lockedWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
