@@ -85,8 +85,9 @@ type LogConfig struct {
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
-// expandEnv replaces ${NAME} in every scalar value of the document.
-func expandEnv(n *yaml.Node, getenv func(string) (string, bool)) error {
+// expandEnv replaces ${NAME} in every scalar value of the document and
+// returns the values it substituted (to scrub them from error messages).
+func expandEnv(n *yaml.Node, getenv func(string) (string, bool), used *[]string) error {
 	var errs []error
 	if n.Kind == yaml.ScalarNode && strings.Contains(n.Value, "${") {
 		n.Value = envRef.ReplaceAllStringFunc(n.Value, func(m string) string {
@@ -95,21 +96,56 @@ func expandEnv(n *yaml.Node, getenv func(string) (string, bool)) error {
 			if !ok {
 				errs = append(errs, fmt.Errorf("config line %d: environment variable %s is not set", n.Line, name))
 			}
+			if v != "" {
+				*used = append(*used, v)
+			}
 			return v
 		})
-		if n.Tag != "!!str" && n.Style == 0 {
-			// An expanded value is always a string unless the field
-			// wants a number; let the decoder resolve it as written.
+		// Resolve the expanded text as if it had been written there
+		// (a number stays a number), unless it was quoted.
+		if n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0 {
 			n.Tag = ""
 		}
 	}
 	for _, c := range n.Content {
-		if err := expandEnv(c, getenv); err != nil {
+		if err := expandEnv(c, getenv, used); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
+
+// linePaths maps each value's line to its dotted key path, so that decode
+// errors ("line 6: cannot unmarshal …") can name the field.
+func linePaths(n *yaml.Node, prefix string, out map[int]string) {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			linePaths(c, prefix, out)
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			p := k.Value
+			if prefix != "" {
+				p = prefix + "." + k.Value
+			}
+			out[k.Line] = p
+			if v.Line != k.Line || v.Kind == yaml.ScalarNode {
+				if _, taken := out[v.Line]; !taken || v.Kind == yaml.ScalarNode {
+					out[v.Line] = p
+				}
+			}
+			linePaths(v, p, out)
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			linePaths(c, fmt.Sprintf("%s[%d]", prefix, i), out)
+		}
+	}
+}
+
+var lineRef = regexp.MustCompile(`line (\d+): `)
 
 // ParseConfig parses and validates a YAML config. Errors name the field or
 // line; they never contain a secret value.
@@ -118,33 +154,54 @@ func ParseConfig(data []byte, getenv func(string) (string, bool)) (*Config, erro
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("parse config: %w", err)
 	}
-	if err := expandEnv(&doc, getenv); err != nil {
-		return nil, fmt.Errorf("parse config: %w", err)
-	}
-	expanded, err := yaml.Marshal(&doc)
-	if err != nil {
-		return nil, fmt.Errorf("parse config: %w", err)
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(expanded))
-	dec.KnownFields(true)
-	var cfg Config
-	if err := dec.Decode(&cfg); err != nil {
-		return nil, fmt.Errorf("parse config: %s", scrub(err.Error(), &cfg))
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	return &cfg, nil
-}
-
-// scrub removes secrets a decoder error might quote.
-func scrub(msg string, cfg *Config) string {
-	for _, s := range []string{cfg.Source.Password} {
-		if s != "" {
+	paths := map[int]string{}
+	linePaths(&doc, "", paths)
+	annotate := func(msg string, secrets []string) string {
+		msg = lineRef.ReplaceAllStringFunc(msg, func(m string) string {
+			var line int
+			fmt.Sscanf(m, "line %d: ", &line)
+			if p, ok := paths[line]; ok {
+				return fmt.Sprintf("line %d (%s): ", line, p)
+			}
+			return m
+		})
+		for _, s := range secrets {
 			msg = strings.ReplaceAll(msg, s, "***")
 		}
+		return msg
 	}
-	return msg
+	// Unknown keys: a strict decode of the text as written (type errors
+	// are left to the second pass, after ${ENV} expansion).
+	strict := yaml.NewDecoder(bytes.NewReader(data))
+	strict.KnownFields(true)
+	var probe Config
+	var unknown []string
+	if err := strict.Decode(&probe); err != nil {
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return nil, fmt.Errorf("parse config: %w", err)
+		}
+		for _, m := range te.Errors {
+			if strings.Contains(m, "not found in type") {
+				unknown = append(unknown, annotate(m, nil))
+			}
+		}
+	}
+	if len(unknown) > 0 {
+		return nil, fmt.Errorf("parse config: unknown keys: %s", strings.Join(unknown, "; "))
+	}
+	var used []string
+	if err := expandEnv(&doc, getenv, &used); err != nil {
+		return nil, fmt.Errorf("parse config: %w", err)
+	}
+	var cfg Config
+	if err := doc.Decode(&cfg); err != nil {
+		return nil, fmt.Errorf("parse config: %s", annotate(err.Error(), used))
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, errors.New(annotate(err.Error(), used))
+	}
+	return &cfg, nil
 }
 
 // LoadConfig reads a config file.

@@ -69,6 +69,8 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"no target", goodConfig[:strings.Index(goodConfig, "target:")], "target.postgres"},
 		{"bad start", strings.Replace(goodConfig, "server_id: 4242", "server_id: 4242\n  start_position: nonsense", 1), "source.start_position"},
 		{"bad type", strings.Replace(goodConfig, "server_id: 4242", "server_id: many", 1), "server_id"},
+		{"secret in a number field", strings.Replace(goodConfig, "server_id: 4242", "server_id: ${TM_PW}", 1), "source.server_id"},
+		{"unknown nested key", strings.Replace(goodConfig, "delete_mode: soft", "delete_mode: soft\n    sslmode: off", 1), "sslmode"},
 		{"bad business key", strings.Replace(goodConfig, "shop.orders:", "orders:", 1), "business_keys"},
 	}
 	for _, tc := range tests {
