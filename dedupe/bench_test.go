@@ -1,0 +1,55 @@
+package dedupe
+
+import (
+	"testing"
+	"time"
+
+	"tidemark"
+)
+
+// benchStream returns n updates over keys keys, with one replayed change in
+// every ten, commit times one millisecond apart.
+func benchStream(n, keys int) []tidemark.Change {
+	out := make([]tidemark.Change, n)
+	for i := range out {
+		j := i
+		if i%10 == 9 {
+			j = i - 5 // a replay
+		}
+		out[i] = upd(int64(j%keys), "A", "B", ver(uint64(j+1), 1), t0.Add(time.Duration(j)*time.Millisecond))
+	}
+	return out
+}
+
+func BenchmarkFilter(b *testing.B) {
+	stream := benchStream(100_000, 10_000)
+	w, err := New(Config{Delay: time.Minute, Now: func() time.Time { return t0.Add(time.Hour) }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	batch := make([]tidemark.Change, 0, 1000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		off := (i * 1000) % len(stream)
+		batch = append(batch[:0], stream[off:off+1000]...)
+		w.Filter(batch)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*1000), "ns/change")
+}
+
+func BenchmarkCoalesce(b *testing.B) {
+	stream := benchStream(1000, 100) // hot keys: ten changes per key
+	w, err := New(Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	batch := make([]tidemark.Change, 0, len(stream))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		batch = append(batch[:0], stream...)
+		w.Coalesce(batch, false)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(stream)), "ns/change")
+}
