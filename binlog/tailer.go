@@ -127,6 +127,11 @@ func (t *Tailer) meta(ctx context.Context) (*client.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to source %s at %s: %w", t.cfg.Name, t.cfg.Addr, redact(err, t.cfg.Password))
 	}
+	// TIMESTAMP values read over SQL are always read in UTC.
+	if _, err := c.Execute("SET time_zone = '+00:00'"); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("set session time zone on source %s: %w", t.cfg.Name, err)
+	}
 	t.metaConn = c
 	return c, nil
 }

@@ -150,6 +150,9 @@ func (e *valueEnv) convFloat(v any) (any, error) {
 		return nil, nil
 	case float32:
 		return x, nil
+	case float64:
+		// SQL reads return FLOAT as float64 parsed from the server's text.
+		return float32(x), nil
 	}
 	return nil, e.errf("want float32, got %T", v)
 }
@@ -222,6 +225,9 @@ func (e *valueEnv) convYear(v any) (any, error) {
 	}
 	if n, ok := toInt64(v); ok {
 		return n, nil
+	}
+	if n, ok := v.(uint64); ok && n < 1<<16 {
+		return int64(n), nil
 	}
 	return nil, e.errf("want year, got %T", v)
 }
@@ -401,10 +407,16 @@ func (e *valueEnv) convTimestamp(v any) (any, error) {
 	case time.Time:
 		return x.UTC(), nil
 	case string:
-		if strings.HasPrefix(x, "0000-00-00") {
+		// Zero from the binlog, or text from an SQL read in a session at
+		// time_zone +00:00.
+		t, zero, err := parseCivil(x)
+		if err != nil {
+			return nil, e.wrap("parse TIMESTAMP", err)
+		}
+		if zero {
 			return e.zero()
 		}
-		return nil, e.errf("unexpected TIMESTAMP text (ParseTime must be on)")
+		return t, nil
 	}
 	return nil, e.errf("want TIMESTAMP, got %T", v)
 }

@@ -1,0 +1,605 @@
+package binlog
+
+import (
+	"context"
+	"fmt"
+	"math/big"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"tidemark"
+)
+
+// Reader reads source tables with bounded SQL queries: the fallback's
+// catch-up windows, first-run snapshots and key listings. Values are
+// normalized exactly like the Tailer's (same converters, same zone policy),
+// so a row read here and the same row decoded from the binlog are equal.
+//
+// Every value reaches SQL as a bind parameter; identifiers come from
+// information_schema, are validated with tidemark.CheckIdentifier and are
+// quoted.
+type Reader struct {
+	t *Tailer // for the config, the metadata connection and JSON columns
+
+	mu     sync.Mutex
+	tables map[tidemark.TableID]*readTable
+}
+
+// readTable is a table as the reader sees it.
+type readTable struct {
+	table  *tidemark.Table
+	conv   []converter
+	selSQL []string // per column select expression
+	kinds  []tidemark.Kind
+}
+
+var _ tidemark.SnapshotSource = (*Reader)(nil)
+
+// NewReader validates cfg and returns a Reader. It connects lazily.
+func NewReader(cfg Config) (*Reader, error) {
+	t, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Reader{t: t, tables: map[tidemark.TableID]*readTable{}}, nil
+}
+
+// Close closes the reader's connection.
+func (r *Reader) Close() error { return r.t.Close() }
+
+// Stats returns the reader's counters (zero dates).
+func (r *Reader) Stats() *Stats { return &r.t.stats }
+
+func quoteMy(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
+
+func (r *Reader) exec(ctx context.Context, q string, args ...any) (*mysql.Result, error) {
+	var res *mysql.Result
+	err := tidemark.Retry(ctx, "query source", tidemark.Backoff{Attempts: 5}, isTransient, r.t.rl, func(ctx context.Context) error {
+		var err error
+		res, err = r.t.query(ctx, q, args...)
+		return err
+	})
+	return res, err
+}
+
+// Capture implements tidemark.SnapshotSource: the current binlog position
+// (GTID state, file and offset) and the source clock.
+func (r *Reader) Capture(ctx context.Context) (tidemark.Snapshot, error) {
+	var s tidemark.Snapshot
+	res, err := r.exec(ctx, "SHOW MASTER STATUS")
+	if err != nil {
+		return s, fmt.Errorf("capture position of %s: %w", r.t.cfg.Name, err)
+	}
+	if res.RowNumber() == 0 {
+		return s, fmt.Errorf("capture position of %s: SHOW MASTER STATUS is empty (log_bin off?): %w", r.t.cfg.Name, tidemark.ErrSourceConfig)
+	}
+	file, _ := res.GetString(0, 0)
+	pos, _ := res.GetUint(0, 1)
+	s.Position = tidemark.Position{File: file, Offset: pos}
+	if r.t.cfg.Flavor == FlavorMariaDB {
+		res, err = r.exec(ctx, "SELECT BINLOG_GTID_POS(?, ?), UTC_TIMESTAMP(6)", file, pos)
+	} else {
+		res, err = r.exec(ctx, "SELECT @@gtid_executed, UTC_TIMESTAMP(6)")
+	}
+	if err != nil {
+		return s, fmt.Errorf("capture position of %s: %w", r.t.cfg.Name, err)
+	}
+	s.Position.GTID, _ = res.GetString(0, 0)
+	now, _ := res.GetString(0, 1)
+	if t, _, err := parseCivil(now); err == nil {
+		s.ServerTime = t
+	}
+	switch r.t.cfg.Version {
+	case VersionGTID:
+		set, err := tidemark.ParseMariaDBGTIDSet(s.Position.GTID)
+		if err != nil {
+			return s, fmt.Errorf("capture position of %s: %w", r.t.cfg.Name, err)
+		}
+		if len(set) > 1 {
+			return s, fmt.Errorf("capture position of %s: GTID state %s has several domains: version: gtid needs one; set version: filepos", r.t.cfg.Name, s.Position.GTID)
+		}
+		for _, g := range set {
+			s.Version = tidemark.Version{Seq: g.Seq}
+		}
+	default:
+		idx, err := tidemark.BinlogFileIndex(file)
+		if err != nil {
+			return s, fmt.Errorf("capture position of %s: %w", r.t.cfg.Name, err)
+		}
+		s.Version = tidemark.Version{Seq: idx<<40 | pos}
+	}
+	return s, nil
+}
+
+// Tables implements tidemark.SnapshotSource: the base tables that pass the
+// include/exclude filter.
+func (r *Reader) Tables(ctx context.Context) ([]tidemark.TableID, error) {
+	res, err := r.exec(ctx, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY 1, 2")
+	if err != nil {
+		return nil, fmt.Errorf("list tables of %s: %w", r.t.cfg.Name, err)
+	}
+	var out []tidemark.TableID
+	for i := 0; i < res.RowNumber(); i++ {
+		db, _ := res.GetString(i, 0)
+		tbl, _ := res.GetString(i, 1)
+		if r.t.cfg.included(db, tbl) {
+			out = append(out, tidemark.TableID{Database: db, Name: tbl})
+		}
+	}
+	return out, nil
+}
+
+// Table returns the schema of a table as the reader decodes it.
+func (r *Reader) Table(ctx context.Context, id tidemark.TableID) (*tidemark.Table, error) {
+	rt, err := r.table(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return rt.table, nil
+}
+
+// Forget drops the cached schema of a table (after DDL).
+func (r *Reader) Forget(id tidemark.TableID) {
+	r.mu.Lock()
+	delete(r.tables, id)
+	r.mu.Unlock()
+}
+
+func (r *Reader) table(ctx context.Context, id tidemark.TableID) (*readTable, error) {
+	r.mu.Lock()
+	rt, ok := r.tables[id]
+	r.mu.Unlock()
+	if ok {
+		return rt, nil
+	}
+	if err := tidemark.CheckIdentifier("database", id.Database); err != nil {
+		return nil, fmt.Errorf("read schema of %s: %w", id, err)
+	}
+	if err := tidemark.CheckIdentifier("table", id.Name); err != nil {
+		return nil, fmt.Errorf("read schema of %s: %w", id, err)
+	}
+	res, err := r.exec(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, NUMERIC_SCALE,
+		DATETIME_PRECISION, CHARACTER_SET_NAME FROM information_schema.COLUMNS
+		WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, id.Database, id.Name)
+	if err != nil {
+		return nil, fmt.Errorf("read schema of %s: %w", id, err)
+	}
+	if res.RowNumber() == 0 {
+		return nil, fmt.Errorf("read schema of %s: table not found", id)
+	}
+	json, err := r.t.jsonColumns(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	delete(r.t.jsonCols, id) // re-read when the table is read again after DDL
+	tbl := &tidemark.Table{ID: id}
+	rt = &readTable{table: tbl}
+	for i := 0; i < res.RowNumber(); i++ {
+		name, _ := res.GetString(i, 0)
+		dataType, _ := res.GetString(i, 1)
+		colType, _ := res.GetString(i, 2)
+		nullable, _ := res.GetString(i, 3)
+		prec, _ := res.GetInt(i, 4)
+		scale, _ := res.GetInt(i, 5)
+		dtPrec, _ := res.GetInt(i, 6)
+		charset, _ := res.GetString(i, 7)
+		if err := tidemark.CheckIdentifier("column of "+id.String(), name); err != nil {
+			return nil, fmt.Errorf("read schema of %s: %w", id, err)
+		}
+		env := &valueEnv{table: id, column: name, zone: r.t.cfg.zoneFor(id, name), zeroDates: r.t.cfg.ZeroDates, stats: &r.t.stats}
+		col := tidemark.Column{Name: name, Nullable: nullable == "YES"}
+		unsigned := strings.Contains(strings.ToLower(colType), "unsigned")
+		sel := quoteMy(name)
+		var conv converter
+		dt := strings.ToLower(dataType)
+		switch dt {
+		case "tinyint", "smallint", "mediumint", "int", "bigint":
+			col.Bits = map[string]int{"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "bigint": 64}[dt]
+			if unsigned {
+				col.Kind, conv = tidemark.KindUint, env.convUint
+			} else {
+				col.Kind, conv = tidemark.KindInt, env.convInt
+			}
+		case "decimal":
+			col.Kind, conv = tidemark.KindDecimal, env.convDecimal
+			col.Precision, col.Scale = int(prec), int(scale)
+		case "float":
+			// FLOAT's text form has 6 digits; widened to DOUBLE it
+			// prints the exact float32 value.
+			col.Kind, conv = tidemark.KindFloat, env.convFloat
+			sel = "CAST(" + sel + " AS DOUBLE)"
+		case "double":
+			col.Kind, conv = tidemark.KindDouble, env.convDouble
+		case "bit":
+			col.Kind, conv = tidemark.KindBit, env.convBit
+			col.Bits = int(prec)
+			sel = "CAST(" + sel + " AS UNSIGNED)"
+		case "year":
+			col.Kind, conv = tidemark.KindYear, env.convYear
+		case "date":
+			col.Kind, conv = tidemark.KindDate, env.convDate
+		case "time":
+			col.Kind, conv, col.Scale = tidemark.KindTime, env.convTime, int(dtPrec)
+		case "datetime":
+			col.Kind, conv, col.Scale = tidemark.KindDateTime, env.convDateTime, int(dtPrec)
+		case "timestamp":
+			col.Kind, conv, col.Scale = tidemark.KindTimestamp, env.convTimestamp, int(dtPrec)
+		case "enum":
+			col.Kind, conv = tidemark.KindEnum, env.convText(false)
+		case "set":
+			col.Kind, conv = tidemark.KindSet, env.convText(false)
+		case "json":
+			col.Kind, conv = tidemark.KindJSON, env.convJSON
+		case "binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob":
+			col.Kind, conv = tidemark.KindBytes, env.convBytes
+		case "char", "varchar", "tinytext", "text", "mediumtext", "longtext":
+			switch {
+			case json[name]:
+				col.Kind, conv = tidemark.KindJSON, env.convJSON
+			case strings.EqualFold(charset, "binary"):
+				col.Kind, conv = tidemark.KindBytes, env.convBytes
+			default:
+				// The connection is utf8mb4: the server converts latin1.
+				col.Kind, conv = tidemark.KindText, env.convText(false)
+			}
+		default:
+			return nil, fmt.Errorf("read schema of %s: column %s: unsupported type %s", id, name, dataType)
+		}
+		tbl.Columns = append(tbl.Columns, col)
+		rt.conv = append(rt.conv, bytesToString(col.Kind, conv))
+		rt.selSQL = append(rt.selSQL, sel)
+		rt.kinds = append(rt.kinds, col.Kind)
+	}
+	if cols, ok := r.t.cfg.BusinessKeys[id.String()]; ok {
+		for _, c := range cols {
+			k := tbl.ColumnIndex(c)
+			if k < 0 {
+				return nil, fmt.Errorf("read schema of %s: business_keys: column %q not in table", id, c)
+			}
+			tbl.Key = append(tbl.Key, k)
+		}
+	} else {
+		kr, err := r.exec(ctx, `SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE
+			WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION`, id.Database, id.Name)
+		if err != nil {
+			return nil, fmt.Errorf("read primary key of %s: %w", id, err)
+		}
+		for i := 0; i < kr.RowNumber(); i++ {
+			n, _ := kr.GetString(i, 0)
+			tbl.Key = append(tbl.Key, tbl.ColumnIndex(n))
+		}
+		if len(tbl.Key) == 0 {
+			return nil, fmt.Errorf("read schema of %s: table has no primary key (configure business_keys for it)", id)
+		}
+	}
+	r.mu.Lock()
+	r.tables[id] = rt
+	r.mu.Unlock()
+	return rt, nil
+}
+
+// bytesToString adapts a converter to SQL results, where text arrives as
+// []byte.
+func bytesToString(k tidemark.Kind, c converter) converter {
+	switch k {
+	case tidemark.KindBytes, tidemark.KindText, tidemark.KindJSON:
+		return c
+	}
+	return func(v any) (any, error) {
+		if b, ok := v.([]byte); ok {
+			v = string(b)
+		}
+		return c(v)
+	}
+}
+
+// localBound formats a UTC instant as the column compares it: wall-clock
+// digits in the column's source zone for DATETIME, UTC for TIMESTAMP (the
+// session is at +00:00).
+func (r *Reader) localBound(id tidemark.TableID, col tidemark.Column, t time.Time) string {
+	if col.Kind == tidemark.KindDateTime {
+		t = r.t.cfg.zoneFor(id, col.Name).ToLocal(t)
+	}
+	return t.UTC().Format("2006-01-02 15:04:05.000000")
+}
+
+func (rt *readTable) column(name string) (int, tidemark.Column, error) {
+	i := rt.table.ColumnIndex(name)
+	if i < 0 {
+		return -1, tidemark.Column{}, fmt.Errorf("column %s not in table %s", name, rt.table.ID)
+	}
+	c := rt.table.Columns[i]
+	if c.Kind != tidemark.KindDateTime && c.Kind != tidemark.KindTimestamp {
+		return -1, c, fmt.Errorf("watermark column %s.%s is %s, want DATETIME or TIMESTAMP", rt.table.ID, name, c.Kind)
+	}
+	return i, c, nil
+}
+
+func tableSQL(id tidemark.TableID) string { return quoteMy(id.Database) + "." + quoteMy(id.Name) }
+
+// MaxTime implements tidemark.SnapshotSource.
+func (r *Reader) MaxTime(ctx context.Context, id tidemark.TableID, column string) (time.Time, bool, error) {
+	rt, err := r.table(ctx, id)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	i, _, err := rt.column(column)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("read upper bound of %s: %w", id, err)
+	}
+	res, err := r.exec(ctx, "SELECT CAST(MAX("+quoteMy(column)+") AS CHAR) FROM "+tableSQL(id))
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("read upper bound of %s.%s: %w", id, column, err)
+	}
+	v, _ := res.GetValue(0, 0)
+	if v == nil {
+		return time.Time{}, false, nil
+	}
+	tv, err := rt.conv[i](v)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("read upper bound of %s.%s: %w", id, column, err)
+	}
+	if tv == nil { // a zero date
+		return time.Time{}, false, nil
+	}
+	return tv.(time.Time), true, nil
+}
+
+// CountAbove implements tidemark.SnapshotSource.
+func (r *Reader) CountAbove(ctx context.Context, id tidemark.TableID, column string, t time.Time) (int64, error) {
+	rt, err := r.table(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	_, col, err := rt.column(column)
+	if err != nil {
+		return 0, fmt.Errorf("count rows of %s: %w", id, err)
+	}
+	res, err := r.exec(ctx, "SELECT COUNT(*) FROM "+tableSQL(id)+" WHERE "+quoteMy(column)+" > ?", r.localBound(id, col, t))
+	if err != nil {
+		return 0, fmt.Errorf("count rows of %s above %s: %w", id, t, err)
+	}
+	n, _ := res.GetInt(0, 0)
+	return n, nil
+}
+
+// keysetAfter builds "(c1, c2, …) > (?, ?, …)" expanded into ORs (which
+// MariaDB turns into index ranges), with its arguments.
+func keysetAfter(cols []string, vals []any) (string, []any) {
+	var ors []string
+	var args []any
+	for i := range cols {
+		var ands []string
+		for j := 0; j < i; j++ {
+			ands = append(ands, cols[j]+" = ?")
+			args = append(args, vals[j])
+		}
+		ands = append(ands, cols[i]+" > ?")
+		args = append(args, vals[i])
+		ors = append(ors, "("+strings.Join(ands, " AND ")+")")
+	}
+	return "(" + strings.Join(ors, " OR ") + ")", args
+}
+
+// Read implements tidemark.SnapshotSource. With a watermark column it reads
+// Lower < column ≤ Upper in (column, key) order; without, the whole table in
+// key order. The predicate compares the column in its own terms: the UTC
+// bounds are converted to the column's source zone for a DATETIME.
+func (r *Reader) Read(ctx context.Context, req tidemark.ReadRequest) (tidemark.ReadResult, error) {
+	var out tidemark.ReadResult
+	rt, err := r.table(ctx, req.Table)
+	if err != nil {
+		return out, err
+	}
+	if req.Limit <= 0 {
+		req.Limit = 5000
+	}
+	var order []string // quoted cursor columns
+	var orderIdx []int
+	var where []string
+	var args []any
+	if req.Column != "" {
+		ci, col, err := rt.column(req.Column)
+		if err != nil {
+			return out, fmt.Errorf("read %s: %w", req.Table, err)
+		}
+		order = append(order, quoteMy(req.Column))
+		orderIdx = append(orderIdx, ci)
+		if !req.Lower.IsZero() {
+			where = append(where, quoteMy(req.Column)+" > ?")
+			args = append(args, r.localBound(req.Table, col, req.Lower))
+		}
+		where = append(where, quoteMy(req.Column)+" <= ?")
+		args = append(args, r.localBound(req.Table, col, req.Upper))
+	}
+	for _, k := range rt.table.Key {
+		order = append(order, quoteMy(rt.table.Columns[k].Name))
+		orderIdx = append(orderIdx, k)
+	}
+	if req.After != nil {
+		if len(req.After) != len(order) {
+			return out, fmt.Errorf("read %s: cursor has %d values for %d columns", req.Table, len(req.After), len(order))
+		}
+		cond, a := keysetAfter(order, req.After)
+		where = append(where, cond)
+		args = append(args, a...)
+	}
+	q := "SELECT " + strings.Join(rt.selSQL, ", ") + " FROM " + tableSQL(req.Table)
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY " + strings.Join(order, ", ") + " LIMIT " + strconv.Itoa(req.Limit)
+	res, err := r.exec(ctx, q, args...)
+	if err != nil {
+		return out, fmt.Errorf("read %s: %w", req.Table, err)
+	}
+	n := res.RowNumber()
+	out.Changes = make([]tidemark.Change, 0, n)
+	var lastRaw []any
+	for i := 0; i < n; i++ {
+		row := make([]any, len(rt.conv))
+		size := 96
+		raw := make([]any, len(rt.conv))
+		for j := range rt.conv {
+			v, err := res.GetValue(i, j)
+			if err != nil {
+				return out, fmt.Errorf("read %s: %w", req.Table, err)
+			}
+			if b, ok := v.([]byte); ok {
+				v = append([]byte(nil), b...)
+			}
+			raw[j] = v
+			cv, err := rt.conv[j](v)
+			if err != nil {
+				return out, err
+			}
+			row[j] = cv
+			size += valueSize(cv)
+		}
+		lastRaw = raw
+		out.Changes = append(out.Changes, tidemark.Change{
+			Op: tidemark.OpRead, Table: rt.table, After: row, Version: req.Snapshot.Version,
+			CommitTime: req.Snapshot.ServerTime, Size: size,
+		})
+	}
+	if n == req.Limit && lastRaw != nil {
+		// The cursor holds the raw source values (as the server compares
+		// them), not the normalized ones.
+		next := make([]any, len(orderIdx))
+		for i, ci := range orderIdx {
+			next[i] = cursorValue(lastRaw[ci])
+		}
+		out.Next = next
+	}
+	return out, nil
+}
+
+// cursorValue turns a raw result value into a bind parameter.
+func cursorValue(v any) any {
+	if b, ok := v.([]byte); ok {
+		return string(b)
+	}
+	return v
+}
+
+// keyCanon returns the SQL for a key's canonical text (for checksums) and
+// checks that the key's kinds have one canonical text form on both sides.
+func (rt *readTable) keyCanon() (string, error) {
+	var parts []string
+	for _, k := range rt.table.Key {
+		c := rt.table.Columns[k]
+		switch c.Kind {
+		case tidemark.KindInt, tidemark.KindUint, tidemark.KindText:
+			parts = append(parts, quoteMy(c.Name))
+		default:
+			return "", fmt.Errorf("key diff of %s: key column %s is %s; key diff supports integer and text keys", rt.table.ID, c.Name, c.Kind)
+		}
+	}
+	return "CONVERT(CONCAT_WS('|', " + strings.Join(parts, ", ") + ") USING utf8mb4)", nil
+}
+
+// keyOrder returns the key columns in byte order (utf8mb4_bin for text),
+// which PostgreSQL's COLLATE "C" reproduces.
+func (rt *readTable) keyOrder() []string {
+	var cols []string
+	for _, k := range rt.table.Key {
+		c := rt.table.Columns[k]
+		q := quoteMy(c.Name)
+		if c.Kind == tidemark.KindText {
+			q = "CONVERT(" + q + " USING utf8mb4) COLLATE utf8mb4_bin"
+		}
+		cols = append(cols, q)
+	}
+	return cols
+}
+
+// KeySumSQL is the per-key hash both sides compute: the first 15 hex digits
+// (60 bits) of MD5 of the key's canonical text, summed as a decimal.
+const keyHashMy = "CAST(CONV(SUBSTRING(MD5(%s), 1, 15), 16, 10) AS UNSIGNED)"
+
+// KeyChunk implements tidemark.SnapshotSource.
+func (r *Reader) KeyChunk(ctx context.Context, id tidemark.TableID, after []any, limit int) (tidemark.KeyChunk, error) {
+	var out tidemark.KeyChunk
+	rt, err := r.table(ctx, id)
+	if err != nil {
+		return out, err
+	}
+	canon, err := rt.keyCanon()
+	if err != nil {
+		return out, err
+	}
+	order := rt.keyOrder()
+	var sel []string
+	for _, k := range rt.table.Key {
+		sel = append(sel, quoteMy(rt.table.Columns[k].Name))
+	}
+	q := "SELECT " + strings.Join(sel, ", ") + ", " + fmt.Sprintf(keyHashMy, canon) + " FROM " + tableSQL(id)
+	var args []any
+	if after != nil {
+		cond, a := keysetAfter(order, after)
+		q += " WHERE " + cond
+		args = a
+	}
+	q += " ORDER BY " + strings.Join(order, ", ") + " LIMIT " + strconv.Itoa(limit)
+	res, err := r.exec(ctx, q, args...)
+	if err != nil {
+		return out, fmt.Errorf("list keys of %s: %w", id, err)
+	}
+	sum := new(big.Int)
+	nk := len(rt.table.Key)
+	for i := 0; i < res.RowNumber(); i++ {
+		key := make([]any, nk)
+		for j := 0; j < nk; j++ {
+			v, _ := res.GetValue(i, j)
+			key[j] = cursorValue(v)
+		}
+		h, _ := res.GetUint(i, nk)
+		sum.Add(sum, new(big.Int).SetUint64(h))
+		out.Keys = append(out.Keys, key)
+	}
+	out.Sum = tidemark.KeySum{Count: int64(len(out.Keys)), Sum: sum.String()}
+	if len(out.Keys) == limit {
+		out.Last = out.Keys[len(out.Keys)-1]
+	}
+	return out, nil
+}
+
+// KeyRangeSum implements tidemark.SnapshotSource.
+func (r *Reader) KeyRangeSum(ctx context.Context, id tidemark.TableID, after, upTo []any) (tidemark.KeySum, error) {
+	rt, err := r.table(ctx, id)
+	if err != nil {
+		return tidemark.KeySum{}, err
+	}
+	canon, err := rt.keyCanon()
+	if err != nil {
+		return tidemark.KeySum{}, err
+	}
+	order := rt.keyOrder()
+	q := "SELECT COUNT(*), CAST(COALESCE(SUM(" + fmt.Sprintf(keyHashMy, canon) + "), 0) AS CHAR) FROM " + tableSQL(id)
+	var where []string
+	var args []any
+	if after != nil {
+		cond, a := keysetAfter(order, after)
+		where = append(where, cond)
+		args = append(args, a...)
+	}
+	if upTo != nil {
+		cond, a := keysetAfter(order, upTo)
+		where = append(where, "NOT "+cond)
+		args = append(args, a...)
+	}
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	res, err := r.exec(ctx, q, args...)
+	if err != nil {
+		return tidemark.KeySum{}, fmt.Errorf("sum keys of %s: %w", id, err)
+	}
+	n, _ := res.GetInt(0, 0)
+	s, _ := res.GetString(0, 1)
+	return tidemark.KeySum{Count: n, Sum: s}, nil
+}

@@ -1,0 +1,103 @@
+package tidemark
+
+import (
+	"context"
+	"time"
+)
+
+// Snapshot is a consistent starting point for a catch-up: the source
+// position captured before anything is read, the version every row read
+// after it is stamped with, and the source server's clock at capture.
+//
+// A row read after the capture may already reflect changes committed after
+// it; it is stamped with Version (Seq = the captured position, Index 0), so
+// every binlog change after the capture is newer and is applied over it when
+// streaming resumes at Position. A row can therefore briefly show an older
+// state until the replay reaches its last change: a temporary regression
+// that always converges, because the replay starts at the captured position.
+type Snapshot struct {
+	Position Position
+	Version  Version
+	// ServerTime is the source clock (UTC) at capture.
+	ServerTime time.Time
+}
+
+// ReadRequest asks a SnapshotSource for one chunk of a table.
+type ReadRequest struct {
+	Table TableID
+	// Column is the watermark column; empty means a full read of the table
+	// in business-key order.
+	Column string
+	// Lower (exclusive) and Upper (inclusive) bound Column, in UTC; a zero
+	// Lower is unbounded. Ignored when Column is empty.
+	Lower, Upper time.Time
+	// After is the cursor returned by the previous chunk (nil to start).
+	After []any
+	// Limit is the chunk size in rows.
+	Limit int
+	// Snapshot stamps the rows read (version and commit time).
+	Snapshot Snapshot
+}
+
+// ReadResult is one chunk of rows as OpRead changes.
+type ReadResult struct {
+	Changes []Change
+	// Next is the cursor of the next chunk, or nil when the read is done.
+	Next []any
+}
+
+// SnapshotSource reads a source's tables with bounded SQL queries, with
+// values normalized exactly like its binlog changes.
+type SnapshotSource interface {
+	// Capture records the position to resume streaming from; call it
+	// before reading anything.
+	Capture(ctx context.Context) (Snapshot, error)
+	// Tables lists the tables the source replicates.
+	Tables(ctx context.Context) ([]TableID, error)
+	// MaxTime returns MAX(column) of a table in UTC, and false when the
+	// table has no non-NULL value.
+	MaxTime(ctx context.Context, table TableID, column string) (time.Time, bool, error)
+	// CountAbove counts the rows whose column is after t (UTC).
+	CountAbove(ctx context.Context, table TableID, column string, t time.Time) (int64, error)
+	// Read returns one chunk.
+	Read(ctx context.Context, req ReadRequest) (ReadResult, error)
+	// KeyChunk returns up to limit business keys after the cursor, in key
+	// order, and a checksum of them that a KeyTarget computes identically.
+	KeyChunk(ctx context.Context, table TableID, after []any, limit int) (KeyChunk, error)
+	// KeyRangeSum computes the checksum of the keys in (after, upTo].
+	KeyRangeSum(ctx context.Context, table TableID, after, upTo []any) (KeySum, error)
+}
+
+// KeySum is an order-independent checksum of a set of business keys: their
+// count and the sum of a 60-bit hash of each key's canonical text, as a
+// decimal string (it can exceed 64 bits).
+type KeySum struct {
+	Count int64
+	Sum   string
+}
+
+// KeyChunk is one chunk of a key listing.
+type KeyChunk struct {
+	// Keys are the business-key values, in key order.
+	Keys [][]any
+	// Last is the last key of the chunk (the cursor for the next one), nil
+	// when the listing is exhausted.
+	Last []any
+	// Sum is the checksum of Keys.
+	Sum KeySum
+}
+
+// KeyTarget is the target side of a key diff.
+type KeyTarget interface {
+	// KeyRangeSum computes the checksum of the target's keys of table in
+	// (after, upTo] (after nil = from the start, upTo nil = to the end),
+	// in the same canonical form as the SnapshotSource.
+	KeyRangeSum(ctx context.Context, table *Table, after, upTo []any) (KeySum, error)
+	// KeysInRange lists the target's keys in (after, upTo].
+	KeysInRange(ctx context.Context, table *Table, after, upTo []any) ([][]any, error)
+}
+
+// WatermarkStore reads the per-table catch-up watermarks a sink stores.
+type WatermarkStore interface {
+	Watermark(ctx context.Context, source string, table TableID) (time.Time, bool, error)
+}
