@@ -1,6 +1,7 @@
 # tidemark — see README.md.
 #   make demo    start local MariaDB + PostgreSQL and run the end-to-end demo
 #   make test    start local MariaDB + PostgreSQL, then gofmt check, go vet, go test -race
+#                (packages one at a time: -p 1, since tests share one MariaDB and some purge its binlogs)
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := build
@@ -26,7 +27,7 @@ vet:
 
 # Prerequisites run left to right: services up, gofmt check, go vet; then the tests.
 test: services fmt-check vet
-	$(WITH_ENV) && go test -race -count=1 -timeout 40m ./...
+	$(WITH_ENV) && go test -race -count=1 -p 1 -timeout 40m ./...
 
 demo: services
 	$(WITH_ENV) && go run ./cmd/tidemark demo

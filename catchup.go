@@ -54,6 +54,8 @@ type SnapshotSource interface {
 	Capture(ctx context.Context) (Snapshot, error)
 	// Tables lists the tables the source replicates.
 	Tables(ctx context.Context) ([]TableID, error)
+	// Table returns a table's schema as Read decodes it.
+	Table(ctx context.Context, table TableID) (*Table, error)
 	// MaxTime returns MAX(column) of a table in UTC, and false when the
 	// table has no non-NULL value.
 	MaxTime(ctx context.Context, table TableID, column string) (time.Time, bool, error)

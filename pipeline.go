@@ -34,6 +34,12 @@ type PipelineConfig struct {
 	Logger *slog.Logger
 	// OnApply, if set, is called after every committed batch.
 	OnApply func(b *Batch, s ApplyStats, took time.Duration)
+	// CatchUp, if set, brings the target up to date without the binlog and
+	// returns the position to stream from (it stores it as the
+	// checkpoint). It runs on the first start (no checkpoint and no start
+	// position) and whenever the source reports ErrPositionPurged. Without
+	// it, a purged position stops the pipeline with that error.
+	CatchUp func(ctx context.Context) (Position, error)
 }
 
 func (c *PipelineConfig) setDefaults() {
@@ -104,11 +110,31 @@ func (p *Pipeline) Run(ctx context.Context, from Position) error {
 	if !ok {
 		pos = from
 	}
-	p.mu.Lock()
-	p.last = pos
-	p.mu.Unlock()
 	p.cfg.Logger.Info("starting pipeline", "source", p.cfg.Source, "position", pos.String(), "resumed", ok)
+	if !ok && pos.IsZero() && p.cfg.CatchUp != nil {
+		p.cfg.Logger.Info("no checkpoint and no start position: taking a snapshot first", "source", p.cfg.Source)
+		if pos, err = p.cfg.CatchUp(ctx); err != nil {
+			return fmt.Errorf("initial snapshot of %s: %w", p.cfg.Source, err)
+		}
+	}
+	for {
+		p.mu.Lock()
+		p.last = pos
+		p.mu.Unlock()
+		err := p.stream(ctx, pos)
+		if err == nil || ctx.Err() != nil || !errors.Is(err, ErrPositionPurged) || p.cfg.CatchUp == nil {
+			return err
+		}
+		p.cfg.Logger.Warn("binlog position purged on the source: catching up with bounded reads", "source", p.cfg.Source, "position", pos.String(), "err", err)
+		if pos, err = p.cfg.CatchUp(ctx); err != nil {
+			return fmt.Errorf("catch up %s after a purged position: %w", p.cfg.Source, err)
+		}
+		p.cfg.Logger.Info("caught up; resuming the binlog", "source", p.cfg.Source, "position", pos.String())
+	}
+}
 
+// stream runs source and applier from pos until ctx is done or an error.
+func (p *Pipeline) stream(ctx context.Context, pos Position) error {
 	srcCtx, stopSource := context.WithCancel(ctx)
 	defer stopSource()
 	chunks := make(chan Chunk, p.cfg.QueueChunks)

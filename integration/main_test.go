@@ -92,6 +92,13 @@ func (f *fixture) dropLater(t *testing.T, db string, sources ...string) {
 // environment (${TM_IT_MYSQL_PASSWORD}) to exercise expansion.
 func (f *fixture) configYAML(t *testing.T, source, db, targetSchema, zone string, start tidemark.Position) string {
 	t.Helper()
+	return f.configYAMLWith(t, source, db, targetSchema, zone, start, "")
+}
+
+// configYAMLWith is configYAML plus extra top-level YAML (e.g. a fallback
+// section).
+func (f *fixture) configYAMLWith(t *testing.T, source, db, targetSchema, zone string, start tidemark.Position, extra string) string {
+	t.Helper()
 	y := fmt.Sprintf(`source:
   name: %s
   addr: %s
@@ -110,7 +117,7 @@ batch:
   max_delay: 50ms
 log:
   level: info
-`, source, f.env.MySQLAddr, f.env.MySQLUser, 5000+time.Now().UnixNano()%1000, zone, db, start.String(), targetSchema)
+`, source, f.env.MySQLAddr, f.env.MySQLUser, 5000+time.Now().UnixNano()%1000, zone, db, start.String(), targetSchema) + extra
 	p := filepath.Join(t.TempDir(), "tidemark.yaml")
 	if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
 		t.Fatal(err)

@@ -1,5 +1,23 @@
 package integration
 
-import "fmt"
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
 
 func fmtAny(v any) string { return fmt.Sprint(v) }
+
+func regexpContains(s, pattern string) bool {
+	return regexp.MustCompile("(?m)" + pattern).MatchString(s)
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

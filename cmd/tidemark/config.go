@@ -13,6 +13,7 @@ import (
 
 	"tidemark"
 	"tidemark/binlog"
+	"tidemark/fallback"
 	"tidemark/sink/postgres"
 )
 
@@ -20,10 +21,43 @@ import (
 // tidemark.example.yaml). Unknown keys are rejected; ${NAME} in any value is
 // replaced by the environment variable NAME (an unset variable is an error).
 type Config struct {
-	Source SourceConfig `yaml:"source"`
-	Target TargetConfig `yaml:"target"`
-	Batch  BatchConfig  `yaml:"batch"`
-	Log    LogConfig    `yaml:"log"`
+	Source   SourceConfig   `yaml:"source"`
+	Target   TargetConfig   `yaml:"target"`
+	Batch    BatchConfig    `yaml:"batch"`
+	Fallback FallbackConfig `yaml:"fallback"`
+	Log      LogConfig      `yaml:"log"`
+}
+
+// FallbackConfig configures the catch-up used on the first run and when the
+// source has purged the checkpoint's binlog position.
+type FallbackConfig struct {
+	// Enabled defaults to true; false makes a purged position a fatal
+	// error (exit 1) and the first run start at the oldest binlog.
+	Enabled         *bool                          `yaml:"enabled"`
+	Lookback        time.Duration                  `yaml:"lookback"`
+	ChunkRows       int                            `yaml:"chunk_rows"`
+	FutureTolerance time.Duration                  `yaml:"future_tolerance"`
+	Tables          map[string]FallbackTableConfig `yaml:"tables"`
+}
+
+// FallbackTableConfig is the catch-up of one table.
+type FallbackTableConfig struct {
+	Column          string        `yaml:"column"`
+	Lookback        time.Duration `yaml:"lookback"`
+	DeleteDetection string        `yaml:"delete_detection"`
+}
+
+// FallbackOn reports whether the fallback is enabled.
+func (c *Config) FallbackOn() bool { return c.Fallback.Enabled == nil || *c.Fallback.Enabled }
+
+// FallbackSettings builds the catch-up config.
+func (c *Config) FallbackSettings() fallback.Config {
+	fc := fallback.Config{Source: c.Source.Name, Lookback: c.Fallback.Lookback, ChunkRows: c.Fallback.ChunkRows,
+		FutureTolerance: c.Fallback.FutureTolerance, Tables: map[string]fallback.TableConfig{}}
+	for k, t := range c.Fallback.Tables {
+		fc.Tables[k] = fallback.TableConfig{Column: t.Column, Lookback: t.Lookback, DeleteDetection: t.DeleteDetection}
+	}
+	return fc
 }
 
 // SourceConfig is the MySQL/MariaDB source.
@@ -248,6 +282,11 @@ func (c *Config) Validate() error {
 	}
 	if _, err := c.BinlogConfig(); err != nil {
 		errs = append(errs, err)
+	}
+	if fc := c.FallbackSettings(); c.Source.Name != "" {
+		if err := fc.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

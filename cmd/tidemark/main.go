@@ -6,6 +6,7 @@
 //
 //	tidemark run --config tidemark.yaml   replicate until SIGINT/SIGTERM
 //	tidemark checkpoint --config F        print the stored checkpoint
+//	tidemark catchup --config F [--table] catch up with bounded reads
 //	tidemark demo                         run the demo on the local services
 //	tidemark version                      print the version
 package main
@@ -27,6 +28,7 @@ import (
 	"tidemark"
 	"tidemark/binlog"
 	"tidemark/checkpoint"
+	"tidemark/fallback"
 	"tidemark/sink/postgres"
 )
 
@@ -50,6 +52,9 @@ func usage(w io.Writer) {
 commands:
   run --config FILE          replicate until SIGINT/SIGTERM, then commit what was read and exit 0
   checkpoint --config FILE   print the checkpoint stored in the target
+  catchup --config FILE [--table db.t]...
+                             catch up with bounded reads (all tables: moves the checkpoint;
+                             run it while the daemon is stopped)
   demo [--rows N]            replicate a demo workload on the local services (make demo)
   version                    print the version`)
 }
@@ -69,6 +74,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdRun(ctx, args[1:], stderr)
 	case "checkpoint":
 		return cmdCheckpoint(ctx, args[1:], stdout, stderr)
+	case "catchup":
+		return cmdCatchup(ctx, args[1:], stdout, stderr)
 	case "demo":
 		return cmdDemo(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
@@ -110,10 +117,21 @@ func orDefault(s, d string) string {
 	return s
 }
 
+type flagSet = flag.FlagSet
+
 func loadConfigFlag(name string, args []string, stderr io.Writer) (*Config, *flag.FlagSet, error) {
+	return loadConfigFlagWith(name, args, stderr, nil)
+}
+
+// loadConfigFlagWith parses --config plus the flags extra adds, and loads
+// the config.
+func loadConfigFlagWith(name string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (*Config, *flag.FlagSet, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "tidemark.yaml", "path to the YAML config")
+	if extra != nil {
+		extra(fs)
+	}
 	if err := fs.Parse(args); err != nil {
 		return nil, fs, err
 	}
@@ -124,8 +142,10 @@ func loadConfigFlag(name string, args []string, stderr io.Writer) (*Config, *fla
 // daemon is the wired pipeline of one source.
 type daemon struct {
 	tailer   *binlog.Tailer
+	reader   *binlog.Reader
 	sink     *postgres.Sink
 	pipeline *tidemark.Pipeline
+	catchUp  *fallback.CatchUp
 	start    tidemark.Position
 }
 
@@ -151,20 +171,37 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 	if err != nil {
 		return nil, err
 	}
-	p, err := tidemark.NewPipeline(tidemark.PipelineConfig{
+	reader, err := binlog.NewReader(bc)
+	if err != nil {
+		sink.Close()
+		return nil, err
+	}
+	fc := cfg.FallbackSettings()
+	fc.Logger = log.With("component", "fallback")
+	catchUp, err := fallback.New(fc, reader, sink)
+	if err != nil {
+		sink.Close()
+		return nil, err
+	}
+	pc2 := tidemark.PipelineConfig{
 		Source: bc.Name, MaxBatchChanges: cfg.Batch.MaxChanges, MaxBatchBytes: cfg.Batch.MaxBytes,
 		MaxDelay: cfg.Batch.MaxDelay, Logger: log.With("component", "pipeline"), OnApply: onApply,
-	}, tailer, nil, sink)
+	}
+	if cfg.FallbackOn() {
+		pc2.CatchUp = catchUp.Run
+	}
+	p, err := tidemark.NewPipeline(pc2, tailer, nil, sink)
 	if err != nil {
 		sink.Close()
 		return nil, err
 	}
 	start, _ := tidemark.ParsePosition(cfg.Source.StartPosition)
-	return &daemon{tailer: tailer, sink: sink, pipeline: p, start: start}, nil
+	return &daemon{tailer: tailer, reader: reader, sink: sink, pipeline: p, catchUp: catchUp, start: start}, nil
 }
 
 func (d *daemon) Close() {
 	d.tailer.Close()
+	d.reader.Close()
 	d.sink.Close()
 }
 

@@ -105,8 +105,10 @@ func (w *Workload) insertValues(n int) string {
 		li := int64(1 + w.Rand.IntN(3))
 		w.nextOrder++
 		w.keys = append(w.keys, [2]int64{o, li})
-		fmt.Fprintf(&b, "(%d, %d, 'cust-%d', %d.%02d, 'new', %s, NOW(6) - INTERVAL %d SECOND, NULL)",
-			o, li, w.Rand.IntN(500), w.Rand.IntN(10000), w.Rand.IntN(100), noteFor(w.Rand), w.Rand.IntN(86400))
+		// updated_at is the modification time (what a watermark column
+		// means); the microseconds are what NOW(6) gives.
+		fmt.Fprintf(&b, "(%d, %d, 'cust-%d', %d.%02d, 'new', %s, NOW(6), NULL)",
+			o, li, w.Rand.IntN(500), w.Rand.IntN(10000), w.Rand.IntN(100), noteFor(w.Rand))
 	}
 	return b.String()
 }

@@ -1,0 +1,445 @@
+// Package fallback catches a target up with its source without the binlog:
+// when the source has purged the position in the checkpoint, on the first
+// run (no checkpoint: a snapshot), and on `tidemark catchup`.
+//
+// The algorithm, per run:
+//
+//  1. Capture the source position (and the version to stamp rows with)
+//     before reading anything.
+//  2. Per table, read the stored watermark W (UTC). A table with no
+//     watermark gets a full snapshot in key order, in chunks.
+//  3. Capture the upper bound U = MAX(column) before reading, clamped to the
+//     source clock + a tolerance: a far-future value never drags the
+//     watermark forward (rows beyond U are counted and reported).
+//  4. Read W − lookback < column ≤ U with keyset pagination on
+//     (column, key). The source compares the column in its own zone: the
+//     UTC bounds are converted back to source local time (the incident was
+//     a UTC watermark compared with IST values).
+//  5. Upsert through the sink (rows carry the captured version, which
+//     orders against binlog versions; see tidemark.Snapshot) and store
+//     W = U in the same transaction as the last chunk. An empty table (MAX
+//     is NULL) stores nothing.
+//  6. Optionally detect hard deletes with a key diff: chunk checksums of the
+//     keys on both sides, key lists only inside mismatching chunks.
+//  7. Store the captured position as the checkpoint; streaming resumes
+//     there, and the overlap is absorbed by the version guard (and dedupe).
+//
+// A crash during a run leaves the checkpoint at the old position: the next
+// start runs the catch-up again. Tables finished before the crash start from
+// their new watermark; the table in progress re-reads its window (idempotent
+// upserts).
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"tidemark"
+)
+
+// Delete detection modes.
+const (
+	DeletesNone    = ""
+	DeletesKeyDiff = "keydiff"
+)
+
+// TableConfig is the catch-up configuration of one table.
+type TableConfig struct {
+	// Column is the watermark column (DATETIME in the source zone, or
+	// TIMESTAMP). Empty: every catch-up re-reads the table in full.
+	Column string
+	// Lookback re-reads this much before the watermark, to catch rows
+	// committed late with an older timestamp; size it to the longest
+	// source transaction (default Config.Lookback).
+	Lookback time.Duration
+	// DeleteDetection is "" (deletes in the gap are not captured, and the
+	// report says so) or "keydiff".
+	DeleteDetection string
+}
+
+// Config configures a CatchUp.
+type Config struct {
+	// Source names the source (checkpoint and watermark rows). Required.
+	Source string
+	// Tables configures tables by "db.table"; others get a full re-read.
+	Tables map[string]TableConfig
+	// Lookback is the default lookback (default 15m).
+	Lookback time.Duration
+	// ChunkRows is the rows per read and per applied batch (default 5000).
+	ChunkRows int
+	// FutureTolerance bounds how far past the source clock the upper bound
+	// may be (default 5m).
+	FutureTolerance time.Duration
+	// KeyChunkRows is the chunk of the key diff (default 10000).
+	KeyChunkRows int
+	// Logger receives progress lines (default discard).
+	Logger *slog.Logger
+	// Progress, if set, is called after every chunk.
+	Progress func(p Progress)
+}
+
+// Progress reports a table's catch-up progress.
+type Progress struct {
+	Table       tidemark.TableID
+	Rows        int64
+	Chunks      int
+	Done        bool
+	Deletes     int64
+	BeyondUpper int64
+}
+
+// TableReport says what a catch-up did for one table.
+type TableReport struct {
+	Table tidemark.TableID
+	// Mode is "window", "snapshot" (no watermark yet) or "full" (no
+	// watermark column), or "empty".
+	Mode string
+	// Lower and Upper are the window read (UTC; Lower zero = unbounded).
+	Lower, Upper time.Time
+	Rows         int64
+	Chunks       int
+	Applied      tidemark.ApplyStats
+	// BeyondUpper counts rows whose column is past the clamped upper
+	// bound (far-future values).
+	BeyondUpper int64
+	// Deletes found by the key diff; DeletesChecked is false when the
+	// table has no delete detection (deletes in the gap were not
+	// captured).
+	Deletes        int64
+	DeletesChecked bool
+}
+
+// Report is the result of a catch-up run.
+type Report struct {
+	Snapshot tidemark.Snapshot
+	Tables   []TableReport
+	Took     time.Duration
+}
+
+// Target is what a catch-up writes to: a sink that also reads watermarks
+// and keys.
+type Target interface {
+	tidemark.Sink
+	tidemark.WatermarkStore
+	tidemark.KeyTarget
+}
+
+// CatchUp runs the catch-up algorithm for one source.
+type CatchUp struct {
+	cfg    Config
+	src    tidemark.SnapshotSource
+	target Target
+}
+
+// Validate checks the config and fills in defaults; errors name the field.
+func (cfg *Config) Validate() error {
+	if cfg.Source == "" {
+		return errors.New("fallback config: source: required")
+	}
+	if cfg.Lookback < 0 {
+		return fmt.Errorf("fallback config: lookback: must be ≥ 0, got %s", cfg.Lookback)
+	}
+	if cfg.Lookback == 0 {
+		cfg.Lookback = 15 * time.Minute
+	}
+	if cfg.ChunkRows < 0 || cfg.KeyChunkRows < 0 {
+		return errors.New("fallback config: chunk_rows: must be ≥ 0")
+	}
+	if cfg.ChunkRows == 0 {
+		cfg.ChunkRows = 5000
+	}
+	if cfg.KeyChunkRows == 0 {
+		cfg.KeyChunkRows = 10000
+	}
+	if cfg.FutureTolerance < 0 {
+		return fmt.Errorf("fallback config: future_tolerance: must be ≥ 0, got %s", cfg.FutureTolerance)
+	}
+	if cfg.FutureTolerance == 0 {
+		cfg.FutureTolerance = 5 * time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	for name, tc := range cfg.Tables {
+		if strings.Count(name, ".") != 1 {
+			return fmt.Errorf("fallback config: tables: key %q must be db.table", name)
+		}
+		if tc.Column != "" {
+			if err := tidemark.CheckIdentifier("fallback config: tables."+name+".column", tc.Column); err != nil {
+				return err
+			}
+		}
+		if tc.Lookback < 0 {
+			return fmt.Errorf("fallback config: tables.%s.lookback: must be ≥ 0", name)
+		}
+		switch tc.DeleteDetection {
+		case DeletesNone, DeletesKeyDiff:
+		default:
+			return fmt.Errorf("fallback config: tables.%s.delete_detection: must be %q or empty, got %q", name, DeletesKeyDiff, tc.DeleteDetection)
+		}
+	}
+	return nil
+}
+
+// New validates cfg and returns a CatchUp.
+func New(cfg Config, src tidemark.SnapshotSource, target Target) (*CatchUp, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if src == nil || target == nil {
+		return nil, errors.New("fallback: source and target are required")
+	}
+	return &CatchUp{cfg: cfg, src: src, target: target}, nil
+}
+
+// Run catches every table up and stores the captured position as the
+// checkpoint, which it returns: streaming resumes there.
+func (c *CatchUp) Run(ctx context.Context) (tidemark.Position, error) {
+	rep, err := c.RunReport(ctx, nil)
+	return rep.Snapshot.Position, err
+}
+
+// RunReport is Run with a report. only, when not empty, restricts the run
+// to those tables and does not move the checkpoint (a manual catch-up of
+// some tables while streaming runs elsewhere).
+func (c *CatchUp) RunReport(ctx context.Context, only []tidemark.TableID) (Report, error) {
+	start := time.Now()
+	var rep Report
+	snap, err := c.src.Capture(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("catch up %s: %w", c.cfg.Source, err)
+	}
+	rep.Snapshot = snap
+	tables := only
+	if len(tables) == 0 {
+		if tables, err = c.src.Tables(ctx); err != nil {
+			return rep, fmt.Errorf("catch up %s: %w", c.cfg.Source, err)
+		}
+	}
+	c.cfg.Logger.Info("catch-up started", "source", c.cfg.Source, "position", snap.Position.String(), "tables", len(tables))
+	for _, id := range tables {
+		tr, err := c.table(ctx, snap, id)
+		rep.Tables = append(rep.Tables, tr)
+		if err != nil {
+			return rep, fmt.Errorf("catch up %s: %w", id, err)
+		}
+		args := []any{"table", id.String(), "mode", tr.Mode, "rows", tr.Rows, "chunks", tr.Chunks,
+			"inserted", tr.Applied.Inserted, "updated", tr.Applied.Updated, "skipped", tr.Applied.Skipped}
+		if tr.BeyondUpper > 0 {
+			args = append(args, "beyond_upper_bound", tr.BeyondUpper)
+		}
+		if tr.DeletesChecked {
+			args = append(args, "deletes", tr.Deletes)
+		}
+		c.cfg.Logger.Info("table caught up", args...)
+		if !tr.DeletesChecked && tr.Mode != "snapshot" && tr.Mode != "empty" {
+			c.cfg.Logger.Warn("hard deletes made while the binlog was unavailable were NOT captured for this table (set delete_detection: keydiff)", "table", id.String())
+		}
+	}
+	if len(only) == 0 {
+		b := &tidemark.Batch{Source: c.cfg.Source, Checkpoint: snap.Position}
+		if _, err := c.target.Apply(ctx, b); err != nil {
+			return rep, fmt.Errorf("catch up %s: store checkpoint %s: %w", c.cfg.Source, snap.Position, err)
+		}
+	}
+	rep.Took = time.Since(start)
+	c.cfg.Logger.Info("catch-up finished", "source", c.cfg.Source, "resume_at", snap.Position.String(), "took", rep.Took.Round(time.Millisecond))
+	return rep, nil
+}
+
+func (c *CatchUp) tableConfig(id tidemark.TableID) TableConfig {
+	tc := c.cfg.Tables[id.String()]
+	if tc.Lookback == 0 {
+		tc.Lookback = c.cfg.Lookback
+	}
+	return tc
+}
+
+// table catches one table up.
+func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark.TableID) (TableReport, error) {
+	tr := TableReport{Table: id}
+	tc := c.tableConfig(id)
+	var wm *tidemark.Watermark
+	req := tidemark.ReadRequest{Table: id, Limit: c.cfg.ChunkRows, Snapshot: snap}
+	if tc.Column == "" {
+		tr.Mode = "full"
+	} else {
+		upper, ok, err := c.src.MaxTime(ctx, id, tc.Column)
+		if err != nil {
+			return tr, err
+		}
+		if !ok {
+			// An empty table (or only NULLs): nothing to read, nothing
+			// to persist.
+			tr.Mode = "empty"
+			return tr, c.keyDiff(ctx, snap, id, tc, &tr)
+		}
+		if limit := snap.ServerTime.Add(c.cfg.FutureTolerance); upper.After(limit) {
+			n, err := c.src.CountAbove(ctx, id, tc.Column, limit)
+			if err != nil {
+				return tr, err
+			}
+			tr.BeyondUpper = n
+			c.cfg.Logger.Warn("rows with far-future watermark values are beyond the captured upper bound; the watermark is clamped to the source clock + tolerance",
+				"table", id.String(), "column", tc.Column, "rows", n, "max", upper, "bound", limit)
+			upper = limit
+		}
+		tr.Upper = upper
+		w, has, err := c.target.Watermark(ctx, c.cfg.Source, id)
+		if err != nil {
+			return tr, err
+		}
+		if has {
+			tr.Mode = "window"
+			tr.Lower = w.Add(-tc.Lookback)
+			req.Column, req.Lower, req.Upper = tc.Column, tr.Lower, upper
+		} else {
+			// First sight: a full snapshot in key order; the window
+			// afterwards starts at the bound captured before reading.
+			tr.Mode = "snapshot"
+		}
+		wm = &tidemark.Watermark{Table: id, Value: upper}
+	}
+	for {
+		res, err := c.src.Read(ctx, req)
+		if err != nil {
+			return tr, err
+		}
+		tr.Rows += int64(len(res.Changes))
+		tr.Chunks++
+		b := &tidemark.Batch{Source: c.cfg.Source, Changes: res.Changes}
+		last := res.Next == nil
+		if last && wm != nil {
+			// The watermark commits with the window's last chunk.
+			b.Watermarks = []tidemark.Watermark{*wm}
+		}
+		if len(b.Changes) > 0 || len(b.Watermarks) > 0 {
+			st, err := c.target.Apply(ctx, b)
+			if err != nil {
+				return tr, err
+			}
+			tr.Applied.Add(st)
+		}
+		if c.cfg.Progress != nil {
+			c.cfg.Progress(Progress{Table: id, Rows: tr.Rows, Chunks: tr.Chunks, Done: last, BeyondUpper: tr.BeyondUpper})
+		}
+		if last {
+			break
+		}
+		req.After = res.Next
+	}
+	return tr, c.keyDiff(ctx, snap, id, tc, &tr)
+}
+
+// keyDiff finds keys present in the target but not in the source and
+// deletes them (stamped with the snapshot version, so a re-insert streamed
+// later wins).
+func (c *CatchUp) keyDiff(ctx context.Context, snap tidemark.Snapshot, id tidemark.TableID, tc TableConfig, tr *TableReport) error {
+	if tc.DeleteDetection != DeletesKeyDiff {
+		return nil
+	}
+	tr.DeletesChecked = true
+	tbl, err := c.src.Table(ctx, id)
+	if err != nil {
+		return err
+	}
+	var after []any
+	for {
+		kc, err := c.src.KeyChunk(ctx, id, after, c.cfg.KeyChunkRows)
+		if err != nil {
+			return err
+		}
+		upTo := kc.Last // nil on the last chunk: to the end of the target
+		ts, err := c.target.KeyRangeSum(ctx, tbl, after, upTo)
+		if err != nil {
+			return err
+		}
+		if ts != kc.Sum {
+			keys, err := c.target.KeysInRange(ctx, tbl, after, upTo)
+			if err != nil {
+				return err
+			}
+			have := make(map[string]bool, len(kc.Keys))
+			for _, k := range kc.Keys {
+				have[keyString(k)] = true
+			}
+			var dels []tidemark.Change
+			for _, k := range keys {
+				if have[keyString(k)] {
+					continue
+				}
+				before, err := keyRow(tbl, k)
+				if err != nil {
+					return err
+				}
+				dels = append(dels, tidemark.Change{Op: tidemark.OpDelete, Table: tbl, Before: before,
+					Version: snap.Version, CommitTime: snap.ServerTime, Size: 128})
+			}
+			if len(dels) > 0 {
+				st, err := c.target.Apply(ctx, &tidemark.Batch{Source: c.cfg.Source, Changes: dels})
+				if err != nil {
+					return err
+				}
+				tr.Deletes += int64(st.Deleted)
+				tr.Applied.Add(st)
+			}
+		}
+		if kc.Last == nil {
+			return nil
+		}
+		after = kc.Last
+	}
+}
+
+// keyString is the canonical text of a key on either side.
+func keyString(k []any) string {
+	parts := make([]string, len(k))
+	for i, v := range k {
+		switch x := v.(type) {
+		case string:
+			parts[i] = x
+		case []byte:
+			parts[i] = string(x)
+		default:
+			parts[i] = fmt.Sprint(x)
+		}
+	}
+	return strings.Join(parts, "\x00")
+}
+
+// keyRow builds a delete's before image from a target key (text values):
+// the key columns typed as the source schema says, other columns NULL.
+func keyRow(t *tidemark.Table, key []any) ([]any, error) {
+	row := make([]any, len(t.Columns))
+	for i, ci := range t.Key {
+		s := keyString([]any{key[i]})
+		switch t.Columns[ci].Kind {
+		case tidemark.KindInt:
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("key diff of %s: key %s = %q: %w", t.ID, t.Columns[ci].Name, s, err)
+			}
+			row[ci] = n
+		case tidemark.KindUint:
+			n, err := strconv.ParseUint(s, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("key diff of %s: key %s = %q: %w", t.ID, t.Columns[ci].Name, s, err)
+			}
+			row[ci] = n
+		default:
+			row[ci] = s
+		}
+	}
+	return row, nil
+}
+
+// SortReport orders a report's tables by name (for stable output).
+func SortReport(r *Report) {
+	sort.Slice(r.Tables, func(i, j int) bool { return r.Tables[i].Table.String() < r.Tables[j].Table.String() })
+}

@@ -1,0 +1,200 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"tidemark"
+)
+
+var (
+	_ tidemark.KeyTarget      = (*Sink)(nil)
+	_ tidemark.WatermarkStore = (*Sink)(nil)
+)
+
+// Watermark implements tidemark.WatermarkStore.
+func (s *Sink) Watermark(ctx context.Context, source string, table tidemark.TableID) (time.Time, bool, error) {
+	var (
+		w  time.Time
+		ok bool
+	)
+	err := tidemark.Retry(ctx, "read watermark of "+table.String(), s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+		var err error
+		w, ok, err = s.cfg.Checkpoints.LoadWatermark(ctx, querier{s.pool}, source, table)
+		return redact(err, s.secret)
+	})
+	return w, ok, redact(err, s.secret)
+}
+
+// keyExprs returns the canonical-text expression and the order/compare
+// expressions of a table's business key. The canonical text and the byte
+// order (COLLATE "C") match the source side's (binlog.Reader: CONCAT_WS
+// over utf8mb4, ORDER BY … COLLATE utf8mb4_bin).
+func keyExprs(d *tableDef) (canon string, order []string, err error) {
+	var parts []string
+	for _, k := range d.table.Key {
+		c := d.table.Columns[k]
+		q := quoteIdent(c.Name)
+		switch c.Kind {
+		case tidemark.KindInt, tidemark.KindUint:
+			parts = append(parts, q+"::text")
+			order = append(order, q)
+		case tidemark.KindText:
+			parts = append(parts, q)
+			order = append(order, q+` COLLATE "C"`)
+		default:
+			return "", nil, fmt.Errorf("key diff of %s: key column %s is %s; key diff supports integer and text keys", d.display, c.Name, c.Kind)
+		}
+	}
+	return "concat_ws('|', " + strings.Join(parts, ", ") + ")", order, nil
+}
+
+// keyBound builds "(k1, k2) > ($n, $n+1)" for a cursor; values are bound
+// as text and cast to the column type so that uint64 and string cursors
+// compare like the column.
+func keyBound(d *tableDef, order []string, vals []any, args *[]any, op string) (string, error) {
+	if len(vals) != len(d.table.Key) {
+		return "", fmt.Errorf("key diff of %s: cursor has %d values for %d key columns", d.display, len(vals), len(d.table.Key))
+	}
+	ph := make([]string, len(vals))
+	for i, v := range vals {
+		*args = append(*args, keyText(v))
+		c := d.table.Columns[d.table.Key[i]]
+		cast := "::" + d.types[d.table.Key[i]]
+		if c.Kind == tidemark.KindText {
+			cast = `::text COLLATE "C"`
+		}
+		ph[i] = "$" + strconv.Itoa(len(*args)) + cast
+	}
+	return "(" + strings.Join(order, ", ") + ") " + op + " (" + strings.Join(ph, ", ") + ")", nil
+}
+
+func keyText(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case []byte:
+		return string(x)
+	case nil:
+		return ""
+	}
+	return fmt.Sprint(v)
+}
+
+func (s *Sink) rangeWhere(d *tableDef, order []string, after, upTo []any, args *[]any) (string, error) {
+	var where []string
+	if after != nil {
+		c, err := keyBound(d, order, after, args, ">")
+		if err != nil {
+			return "", err
+		}
+		where = append(where, c)
+	}
+	if upTo != nil {
+		c, err := keyBound(d, order, upTo, args, "<=")
+		if err != nil {
+			return "", err
+		}
+		where = append(where, c)
+	}
+	if d.soft {
+		where = append(where, "NOT "+quoteIdent(colDeleted))
+	}
+	if len(where) == 0 {
+		return "", nil
+	}
+	return " WHERE " + strings.Join(where, " AND "), nil
+}
+
+// KeyRangeSum implements tidemark.KeyTarget. A missing target table has no
+// keys.
+func (s *Sink) KeyRangeSum(ctx context.Context, table *tidemark.Table, after, upTo []any) (tidemark.KeySum, error) {
+	d, _, err := s.def(table)
+	if err != nil {
+		return tidemark.KeySum{}, err
+	}
+	canon, order, err := keyExprs(d)
+	if err != nil {
+		return tidemark.KeySum{}, err
+	}
+	var args []any
+	where, err := s.rangeWhere(d, order, after, upTo, &args)
+	if err != nil {
+		return tidemark.KeySum{}, err
+	}
+	q := "SELECT count(*), coalesce(sum(('x' || substr(md5(" + canon + "), 1, 15))::bit(60)::bigint), 0)::text FROM " + d.qname + where
+	var sum tidemark.KeySum
+	err = tidemark.Retry(ctx, "sum keys of "+d.display, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+		return s.pool.QueryRow(ctx, q, args...).Scan(&sum.Count, &sum.Sum)
+	})
+	if err != nil && isUndefinedTable(err) {
+		return tidemark.KeySum{Sum: "0"}, nil
+	}
+	if err != nil {
+		return tidemark.KeySum{}, fmt.Errorf("sum keys of %s: %w", d.display, redact(err, s.secret))
+	}
+	return sum, nil
+}
+
+// KeysInRange implements tidemark.KeyTarget.
+func (s *Sink) KeysInRange(ctx context.Context, table *tidemark.Table, after, upTo []any) ([][]any, error) {
+	d, _, err := s.def(table)
+	if err != nil {
+		return nil, err
+	}
+	_, order, err := keyExprs(d)
+	if err != nil {
+		return nil, err
+	}
+	var args []any
+	where, err := s.rangeWhere(d, order, after, upTo, &args)
+	if err != nil {
+		return nil, err
+	}
+	var sel []string
+	for _, k := range d.table.Key {
+		sel = append(sel, quoteIdent(d.table.Columns[k].Name)+"::text")
+	}
+	q := "SELECT " + strings.Join(sel, ", ") + " FROM " + d.qname + where + " ORDER BY " + strings.Join(order, ", ")
+	var out [][]any
+	err = tidemark.Retry(ctx, "list keys of "+d.display, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+		out = out[:0]
+		rows, err := s.pool.Query(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			vals := make([]string, len(sel))
+			ptrs := make([]any, len(sel))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				return err
+			}
+			key := make([]any, len(sel))
+			for i, v := range vals {
+				key[i] = v
+			}
+			out = append(out, key)
+		}
+		return rows.Err()
+	})
+	if err != nil && isUndefinedTable(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list keys of %s: %w", d.display, redact(err, s.secret))
+	}
+	return out, nil
+}
+
+func isUndefinedTable(err error) bool {
+	var pe interface{ SQLState() string }
+	return errors.As(err, &pe) && (pe.SQLState() == "42P01" || pe.SQLState() == "3F000")
+}
