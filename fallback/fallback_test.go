@@ -1,0 +1,294 @@
+package fallback
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"tidemark"
+)
+
+// fakeSource and fakeTarget are structs of function fields (house style).
+type fakeSource struct {
+	capture    func() (tidemark.Snapshot, error)
+	tables     []tidemark.TableID
+	table      *tidemark.Table
+	maxTime    func(col string) (time.Time, bool, error)
+	countAbove func(t time.Time) (int64, error)
+	read       func(req tidemark.ReadRequest) (tidemark.ReadResult, error)
+	keyChunk   func(after []any, limit int) (tidemark.KeyChunk, error)
+}
+
+func (f *fakeSource) Capture(ctx context.Context) (tidemark.Snapshot, error) { return f.capture() }
+func (f *fakeSource) Tables(ctx context.Context) ([]tidemark.TableID, error) {
+	return f.tables, nil
+}
+func (f *fakeSource) Table(ctx context.Context, id tidemark.TableID) (*tidemark.Table, error) {
+	return f.table, nil
+}
+func (f *fakeSource) MaxTime(ctx context.Context, id tidemark.TableID, col string) (time.Time, bool, error) {
+	return f.maxTime(col)
+}
+func (f *fakeSource) CountAbove(ctx context.Context, id tidemark.TableID, col string, t time.Time) (int64, error) {
+	return f.countAbove(t)
+}
+func (f *fakeSource) Read(ctx context.Context, req tidemark.ReadRequest) (tidemark.ReadResult, error) {
+	return f.read(req)
+}
+func (f *fakeSource) KeyChunk(ctx context.Context, id tidemark.TableID, after []any, limit int) (tidemark.KeyChunk, error) {
+	return f.keyChunk(after, limit)
+}
+func (f *fakeSource) KeyRangeSum(ctx context.Context, id tidemark.TableID, after, upTo []any) (tidemark.KeySum, error) {
+	return tidemark.KeySum{}, nil
+}
+
+type fakeTarget struct {
+	batches   []tidemark.Batch
+	watermark func() (time.Time, bool, error)
+	keySum    func(after, upTo []any) tidemark.KeySum
+	keys      func(after, upTo []any) [][]any
+}
+
+func (f *fakeTarget) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStats, error) {
+	f.batches = append(f.batches, *b)
+	var s tidemark.ApplyStats
+	for _, c := range b.Changes {
+		if c.Op == tidemark.OpDelete {
+			s.Deleted++
+		} else {
+			s.Inserted++
+		}
+	}
+	return s, nil
+}
+func (f *fakeTarget) Checkpoint(ctx context.Context, source string) (tidemark.Position, bool, error) {
+	return tidemark.Position{}, false, nil
+}
+func (f *fakeTarget) Close() error { return nil }
+func (f *fakeTarget) Watermark(ctx context.Context, source string, t tidemark.TableID) (time.Time, bool, error) {
+	return f.watermark()
+}
+func (f *fakeTarget) KeyRangeSum(ctx context.Context, t *tidemark.Table, after, upTo []any) (tidemark.KeySum, error) {
+	return f.keySum(after, upTo), nil
+}
+func (f *fakeTarget) KeysInRange(ctx context.Context, t *tidemark.Table, after, upTo []any) ([][]any, error) {
+	return f.keys(after, upTo), nil
+}
+
+var (
+	tid   = tidemark.TableID{Database: "shop", Name: "orders"}
+	table = &tidemark.Table{ID: tid, Columns: []tidemark.Column{{Name: "id", Kind: tidemark.KindInt}, {Name: "updated_at", Kind: tidemark.KindDateTime}}, Key: []int{0}}
+	now   = time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
+	snap  = tidemark.Snapshot{Position: tidemark.Position{GTID: "0-1-100"}, Version: tidemark.Version{Seq: 100}, ServerTime: now}
+)
+
+func rows(ids ...int64) []tidemark.Change {
+	out := make([]tidemark.Change, len(ids))
+	for i, id := range ids {
+		out[i] = tidemark.Change{Op: tidemark.OpRead, Table: table, After: []any{id, now}, Version: snap.Version}
+	}
+	return out
+}
+
+func newCatchUp(t *testing.T, src *fakeSource, tgt *fakeTarget, tc TableConfig) *CatchUp {
+	t.Helper()
+	c, err := New(Config{Source: "s", ChunkRows: 2, Tables: map[string]TableConfig{"shop.orders": tc}}, src, tgt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestWindowBoundsAndWatermarkCommit(t *testing.T) {
+	w := now.Add(-time.Hour)
+	var reqs []tidemark.ReadRequest
+	src := &fakeSource{
+		capture: func() (tidemark.Snapshot, error) { return snap, nil },
+		tables:  []tidemark.TableID{tid}, table: table,
+		maxTime: func(string) (time.Time, bool, error) { return now.Add(-time.Minute), true, nil },
+		read: func(req tidemark.ReadRequest) (tidemark.ReadResult, error) {
+			reqs = append(reqs, req)
+			if req.After == nil {
+				return tidemark.ReadResult{Changes: rows(1, 2), Next: []any{now, int64(2)}}, nil
+			}
+			return tidemark.ReadResult{Changes: rows(3)}, nil
+		},
+	}
+	tgt := &fakeTarget{watermark: func() (time.Time, bool, error) { return w, true, nil }}
+	c := newCatchUp(t, src, tgt, TableConfig{Column: "updated_at", Lookback: 15 * time.Minute})
+	pos, err := c.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pos != snap.Position {
+		t.Fatalf("resume position %v", pos)
+	}
+	if len(reqs) != 2 || !reqs[0].Lower.Equal(w.Add(-15*time.Minute)) || !reqs[0].Upper.Equal(now.Add(-time.Minute)) || reqs[0].Column != "updated_at" {
+		t.Fatalf("requests %+v", reqs)
+	}
+	if reqs[1].After == nil || reqs[0].Snapshot != snap {
+		t.Fatal("cursor or snapshot not passed on")
+	}
+	// Batch 1: rows 1-2, no watermark. Batch 2: row 3 with the watermark.
+	// Batch 3: the checkpoint alone, after every table.
+	if len(tgt.batches) != 3 {
+		t.Fatalf("%d batches", len(tgt.batches))
+	}
+	if len(tgt.batches[0].Watermarks) != 0 || !tgt.batches[0].Checkpoint.IsZero() {
+		t.Fatal("watermark or checkpoint stored before the window's last chunk")
+	}
+	if wm := tgt.batches[1].Watermarks; len(wm) != 1 || !wm[0].Value.Equal(now.Add(-time.Minute)) {
+		t.Fatalf("last chunk watermarks %v", wm)
+	}
+	if b := tgt.batches[2]; b.Checkpoint != snap.Position || len(b.Changes) != 0 {
+		t.Fatalf("final batch %+v", b)
+	}
+}
+
+func TestFarFutureIsClamped(t *testing.T) {
+	future := time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)
+	var upper time.Time
+	src := &fakeSource{
+		capture: func() (tidemark.Snapshot, error) { return snap, nil },
+		tables:  []tidemark.TableID{tid}, table: table,
+		maxTime:    func(string) (time.Time, bool, error) { return future, true, nil },
+		countAbove: func(t time.Time) (int64, error) { return 3, nil },
+		read: func(req tidemark.ReadRequest) (tidemark.ReadResult, error) {
+			upper = req.Upper
+			return tidemark.ReadResult{Changes: rows(1)}, nil
+		},
+	}
+	tgt := &fakeTarget{watermark: func() (time.Time, bool, error) { return now.Add(-time.Hour), true, nil }}
+	c := newCatchUp(t, src, tgt, TableConfig{Column: "updated_at"})
+	rep, err := c.RunReport(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := now.Add(5 * time.Minute)
+	if !upper.Equal(limit) || rep.Tables[0].BeyondUpper != 3 {
+		t.Fatalf("upper %v (want %v), beyond %d", upper, limit, rep.Tables[0].BeyondUpper)
+	}
+	if wm := tgt.batches[0].Watermarks; len(wm) != 1 || !wm[0].Value.Equal(limit) {
+		t.Fatalf("watermark %v dragged past the clamp", wm)
+	}
+}
+
+func TestEmptyTableStoresNothing(t *testing.T) {
+	src := &fakeSource{
+		capture: func() (tidemark.Snapshot, error) { return snap, nil },
+		tables:  []tidemark.TableID{tid}, table: table,
+		maxTime: func(string) (time.Time, bool, error) { return time.Time{}, false, nil },
+		read: func(req tidemark.ReadRequest) (tidemark.ReadResult, error) {
+			t.Fatal("an empty table was read")
+			return tidemark.ReadResult{}, nil
+		},
+	}
+	tgt := &fakeTarget{watermark: func() (time.Time, bool, error) { return time.Time{}, false, nil }}
+	c := newCatchUp(t, src, tgt, TableConfig{Column: "updated_at"})
+	if _, err := c.RunReport(context.Background(), []tidemark.TableID{tid}); err != nil {
+		t.Fatal(err)
+	}
+	if len(tgt.batches) != 0 {
+		t.Fatalf("an empty table stored %d batches", len(tgt.batches))
+	}
+}
+
+func TestFirstSightIsAFullSnapshot(t *testing.T) {
+	var req0 tidemark.ReadRequest
+	src := &fakeSource{
+		capture: func() (tidemark.Snapshot, error) { return snap, nil },
+		tables:  []tidemark.TableID{tid}, table: table,
+		maxTime: func(string) (time.Time, bool, error) { return now, true, nil },
+		read: func(req tidemark.ReadRequest) (tidemark.ReadResult, error) {
+			req0 = req
+			return tidemark.ReadResult{Changes: rows(1)}, nil
+		},
+	}
+	tgt := &fakeTarget{watermark: func() (time.Time, bool, error) { return time.Time{}, false, nil }}
+	rep, err := newCatchUp(t, src, tgt, TableConfig{Column: "updated_at"}).RunReport(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req0.Column != "" || rep.Tables[0].Mode != "snapshot" {
+		t.Fatalf("first sight read %+v, mode %s", req0, rep.Tables[0].Mode)
+	}
+	if wm := tgt.batches[0].Watermarks; len(wm) != 1 || !wm[0].Value.Equal(now) {
+		t.Fatalf("snapshot did not store the bound captured before reading: %v", wm)
+	}
+}
+
+func TestKeyDiffDeletesOnlyExtraKeys(t *testing.T) {
+	src := &fakeSource{
+		capture: func() (tidemark.Snapshot, error) { return snap, nil },
+		tables:  []tidemark.TableID{tid}, table: table,
+		read: func(req tidemark.ReadRequest) (tidemark.ReadResult, error) {
+			return tidemark.ReadResult{}, nil
+		},
+		keyChunk: func(after []any, limit int) (tidemark.KeyChunk, error) {
+			if after == nil {
+				return tidemark.KeyChunk{Keys: [][]any{{int64(1)}, {int64(2)}}, Last: []any{int64(2)}, Sum: tidemark.KeySum{Count: 2, Sum: "a"}}, nil
+			}
+			return tidemark.KeyChunk{Keys: [][]any{{int64(5)}}, Sum: tidemark.KeySum{Count: 1, Sum: "b"}}, nil
+		},
+	}
+	tgt := &fakeTarget{
+		watermark: func() (time.Time, bool, error) { return time.Time{}, false, nil },
+		keySum: func(after, upTo []any) tidemark.KeySum {
+			if after == nil {
+				return tidemark.KeySum{Count: 2, Sum: "a"} // equal: not listed
+			}
+			return tidemark.KeySum{Count: 3, Sum: "c"}
+		},
+		keys: func(after, upTo []any) [][]any {
+			if after == nil {
+				t.Error("a matching chunk was listed")
+			}
+			if upTo != nil {
+				t.Error("the last chunk must run to the end of the target")
+			}
+			return [][]any{{"3"}, {"5"}, {"9"}}
+		},
+	}
+	rep, err := newCatchUp(t, src, tgt, TableConfig{DeleteDetection: DeletesKeyDiff}).RunReport(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Tables[0].Deletes != 2 || !rep.Tables[0].DeletesChecked {
+		t.Fatalf("deletes %d", rep.Tables[0].Deletes)
+	}
+	var got []string
+	for _, b := range tgt.batches {
+		for _, c := range b.Changes {
+			if c.Op == tidemark.OpDelete {
+				got = append(got, keyString(c.Before[:1]))
+				if c.Before[0] != int64(3) && c.Before[0] != int64(9) {
+					t.Fatalf("delete key typed %T", c.Before[0])
+				}
+				if c.Version != snap.Version {
+					t.Fatal("delete not stamped with the snapshot version")
+				}
+			}
+		}
+	}
+	if strings.Join(got, ",") != "3,9" {
+		t.Fatalf("deleted %v, want 3,9", got)
+	}
+}
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, "source"},
+		{Config{Source: "s", Lookback: -1}, "lookback"},
+		{Config{Source: "s", Tables: map[string]TableConfig{"orders": {}}}, "tables"},
+		{Config{Source: "s", Tables: map[string]TableConfig{"a.b": {DeleteDetection: "magic"}}}, "delete_detection"},
+		{Config{Source: "s", Tables: map[string]TableConfig{"a.b": {Column: "x`; DROP"}}}, "column"},
+	} {
+		if err := tc.cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: err %v, want it to name %q", tc.cfg, err, tc.want)
+		}
+	}
+}
