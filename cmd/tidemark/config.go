@@ -13,6 +13,7 @@ import (
 
 	"tidemark"
 	"tidemark/binlog"
+	"tidemark/dedupe"
 	"tidemark/fallback"
 	"tidemark/sink/postgres"
 )
@@ -25,7 +26,35 @@ type Config struct {
 	Target   TargetConfig   `yaml:"target"`
 	Batch    BatchConfig    `yaml:"batch"`
 	Fallback FallbackConfig `yaml:"fallback"`
+	Dedupe   DedupeConfig   `yaml:"dedupe"`
 	Log      LogConfig      `yaml:"log"`
+}
+
+// DedupeConfig configures the duplicate filter between source and sink.
+type DedupeConfig struct {
+	// Enabled defaults to true.
+	Enabled   *bool         `yaml:"enabled"`
+	Delay     time.Duration `yaml:"delay"`
+	Tolerance time.Duration `yaml:"tolerance"`
+	MaxKeys   int           `yaml:"max_keys"`
+	// EventTimeColumns maps "db.table" to the column holding the event
+	// time (default: the source commit time).
+	EventTimeColumns map[string]string `yaml:"event_time_columns"`
+}
+
+// DedupeSettings builds the filter's config.
+func (c *Config) DedupeSettings() (dedupe.Config, bool, error) {
+	d := c.Dedupe
+	on := d.Enabled == nil || *d.Enabled
+	cfg := dedupe.Config{Delay: d.Delay, Tolerance: d.Tolerance, MaxKeys: d.MaxKeys, EventTimeColumns: map[tidemark.TableID]string{}}
+	for k, col := range d.EventTimeColumns {
+		db, tbl, ok := strings.Cut(k, ".")
+		if !ok || strings.Contains(tbl, ".") {
+			return cfg, on, fmt.Errorf("config: dedupe.event_time_columns: key %q must be db.table", k)
+		}
+		cfg.EventTimeColumns[tidemark.TableID{Database: db, Name: tbl}] = col
+	}
+	return cfg, on, nil
 }
 
 // FallbackConfig configures the catch-up used on the first run and when the
@@ -282,6 +311,13 @@ func (c *Config) Validate() error {
 	}
 	if _, err := c.BinlogConfig(); err != nil {
 		errs = append(errs, err)
+	}
+	if dc, on, err := c.DedupeSettings(); err != nil {
+		errs = append(errs, err)
+	} else if on {
+		if _, err := dedupe.New(dc); err != nil {
+			errs = append(errs, fmt.Errorf("config: %w", err))
+		}
 	}
 	if fc := c.FallbackSettings(); c.Source.Name != "" {
 		if err := fc.Validate(); err != nil {

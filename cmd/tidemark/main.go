@@ -28,6 +28,7 @@ import (
 	"tidemark"
 	"tidemark/binlog"
 	"tidemark/checkpoint"
+	"tidemark/dedupe"
 	"tidemark/fallback"
 	"tidemark/sink/postgres"
 )
@@ -146,6 +147,7 @@ type daemon struct {
 	sink     *postgres.Sink
 	pipeline *tidemark.Pipeline
 	catchUp  *fallback.CatchUp
+	dedupe   *dedupe.Window // nil when disabled
 	start    tidemark.Position
 }
 
@@ -190,13 +192,28 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 	if cfg.FallbackOn() {
 		pc2.CatchUp = catchUp.Run
 	}
-	p, err := tidemark.NewPipeline(pc2, tailer, nil, sink)
+	var filter tidemark.Filter
+	dc, on, err := cfg.DedupeSettings()
+	if err != nil {
+		sink.Close()
+		return nil, err
+	}
+	var window *dedupe.Window
+	if on {
+		dc.Logger = log.With("component", "dedupe")
+		if window, err = dedupe.New(dc); err != nil {
+			sink.Close()
+			return nil, err
+		}
+		filter = window
+	}
+	p, err := tidemark.NewPipeline(pc2, tailer, filter, sink)
 	if err != nil {
 		sink.Close()
 		return nil, err
 	}
 	start, _ := tidemark.ParsePosition(cfg.Source.StartPosition)
-	return &daemon{tailer: tailer, reader: reader, sink: sink, pipeline: p, catchUp: catchUp, start: start}, nil
+	return &daemon{tailer: tailer, reader: reader, sink: sink, pipeline: p, catchUp: catchUp, dedupe: window, start: start}, nil
 }
 
 func (d *daemon) Close() {
