@@ -91,17 +91,20 @@ func (c *Config) FallbackSettings() fallback.Config {
 
 // SourceConfig is the MySQL/MariaDB source.
 type SourceConfig struct {
-	Name      string `yaml:"name"`
-	Flavor    string `yaml:"flavor"`
-	Addr      string `yaml:"addr"`
-	User      string `yaml:"user"`
-	Password  string `yaml:"password"`
-	ServerID  uint32 `yaml:"server_id"`
-	Version   string `yaml:"version"`
-	TimeZone  string `yaml:"time_zone"`
-	Fold      string `yaml:"fold"`
-	Gap       string `yaml:"gap"`
-	ZeroDates string `yaml:"zero_dates"`
+	Name     string `yaml:"name"`
+	Flavor   string `yaml:"flavor"`
+	Addr     string `yaml:"addr"`
+	User     string `yaml:"user"`
+	Password string `yaml:"password"`
+	// PasswordFile names a file holding the password (instead of
+	// password); a trailing newline is removed.
+	PasswordFile string `yaml:"password_file"`
+	ServerID     uint32 `yaml:"server_id"`
+	Version      string `yaml:"version"`
+	TimeZone     string `yaml:"time_zone"`
+	Fold         string `yaml:"fold"`
+	Gap          string `yaml:"gap"`
+	ZeroDates    string `yaml:"zero_dates"`
 	// Zones overrides the zone per "db.table" or "db.table.column".
 	Zones         map[string]ZoneConfig `yaml:"zones"`
 	Include       []string              `yaml:"include"`
@@ -126,7 +129,9 @@ type TargetConfig struct {
 
 // PostgresConfig is the PostgreSQL sink.
 type PostgresConfig struct {
-	DSN           string `yaml:"dsn"`
+	DSN string `yaml:"dsn"`
+	// DSNFile names a file holding the DSN (instead of dsn).
+	DSNFile       string `yaml:"dsn_file"`
 	Schema        string `yaml:"schema"`
 	ControlSchema string `yaml:"control_schema"`
 	DeleteMode    string `yaml:"delete_mode"`
@@ -261,10 +266,52 @@ func ParseConfig(data []byte, getenv func(string) (string, bool)) (*Config, erro
 	if err := doc.Decode(&cfg); err != nil {
 		return nil, fmt.Errorf("parse config: %s", annotate(err.Error(), used))
 	}
+	if err := cfg.readSecretFiles(); err != nil {
+		return nil, err
+	}
+	used = append(used, cfg.Source.Password)
+	if cfg.Target.Postgres != nil {
+		used = append(used, cfg.Target.Postgres.DSN)
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, errors.New(annotate(err.Error(), used))
 	}
 	return &cfg, nil
+}
+
+// readSecretFiles loads password_file and dsn_file. An error names the
+// field and the file, never its content.
+func (c *Config) readSecretFiles() error {
+	read := func(field, path string, dst *string) error {
+		if path == "" {
+			return nil
+		}
+		if *dst != "" {
+			return fmt.Errorf("config: %s: set either it or the value it replaces, not both", field)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			var pe *os.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			return fmt.Errorf("config: %s: read %s: %v", field, path, err)
+		}
+		*dst = strings.TrimRight(string(b), "\r\n")
+		if *dst == "" {
+			return fmt.Errorf("config: %s: %s is empty", field, path)
+		}
+		return nil
+	}
+	if err := read("source.password_file", c.Source.PasswordFile, &c.Source.Password); err != nil {
+		return err
+	}
+	if c.Target.Postgres != nil {
+		if err := read("target.postgres.dsn_file", c.Target.Postgres.DSNFile, &c.Target.Postgres.DSN); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // LoadConfig reads a config file.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -86,5 +87,35 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 				t.Fatalf("secret in error: %q", err)
 			}
 		})
+	}
+}
+
+func TestSecretFiles(t *testing.T) {
+	dir := t.TempDir()
+	canary := "canary-Pa55-7781"
+	pw := dir + "/pw"
+	if err := os.WriteFile(pw, []byte(canary+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	y := strings.Replace(goodConfig, "password: ${TM_PW}", "password_file: "+pw, 1)
+	cfg, err := ParseConfig([]byte(y), env(map[string]string{"TM_PW": "x"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Source.Password != canary {
+		t.Fatalf("password %q", cfg.Source.Password)
+	}
+	for name, yy := range map[string]string{
+		"missing file": strings.Replace(goodConfig, "password: ${TM_PW}", "password_file: "+dir+"/nope", 1),
+		"unreadable":   strings.Replace(goodConfig, "password: ${TM_PW}", "password_file: "+dir, 1),
+		"both":         strings.Replace(goodConfig, "password: ${TM_PW}", "password: ${TM_PW}\n  password_file: "+pw, 1),
+	} {
+		_, err := ParseConfig([]byte(yy), env(map[string]string{"TM_PW": canary}))
+		if err == nil || !strings.Contains(err.Error(), "source.password_file") {
+			t.Fatalf("%s: err %v", name, err)
+		}
+		if strings.Contains(err.Error(), canary) {
+			t.Fatalf("%s: canary in error", name)
+		}
 	}
 }
