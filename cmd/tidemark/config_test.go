@@ -119,3 +119,17 @@ func TestSecretFiles(t *testing.T) {
 		}
 	}
 }
+
+func TestExampleConfigParses(t *testing.T) {
+	data, err := os.ReadFile("../../tidemark.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ParseConfig(data, env(map[string]string{"TIDEMARK_MYSQL_PASSWORD": "x", "TIDEMARK_PG_DSN": "postgres://u:p@127.0.0.1:5432/d?sslmode=disable"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Source.Name != "shop" || !cfg.FallbackOn() || cfg.Fallback.Tables["shop.orders"].DeleteDetection != "keydiff" {
+		t.Fatalf("parsed %+v", cfg)
+	}
+}
