@@ -10,7 +10,7 @@ SERVICES := scripts/services.sh
 # Exports TIDEMARK_TEST_* for the running local services; use on the same recipe line.
 WITH_ENV := eval "$$($(SERVICES) env)"
 
-.PHONY: build services test fmt-check vet demo down status clean
+.PHONY: build services test fmt-check vet demo bench down status clean
 
 build:
 	go build -o bin/tidemark ./cmd/tidemark
@@ -31,6 +31,10 @@ test: services fmt-check vet
 
 demo: services
 	$(WITH_ENV) && go run ./cmd/tidemark demo
+
+# Measures tidemark against its ceilings in one run and writes docs/PERFORMANCE.md.
+bench: services
+	$(WITH_ENV) && go run ./cmd/tidemark-bench
 
 down:
 	$(SERVICES) down
