@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 	"syscall"
 	"time"
 	_ "time/tzdata" // time zones work on a machine without zoneinfo
@@ -223,12 +224,28 @@ func (d *daemon) Close() {
 }
 
 func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
-	cfg, _, err := loadConfigFlag("run", args, stderr)
+	var cpuProfile string
+	cfg, _, err := loadConfigFlagWith("run", args, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	})
 	if err != nil {
 		fmt.Fprintln(stderr, "tidemark:", err)
 		return exitUsage
 	}
 	log := newLogger(cfg.Log, stderr)
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			log.Error("create CPU profile", "err", err)
+			return exitUsage
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Error("start CPU profile", "err", err)
+			return exitUsage
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var applied tidemark.ApplyStats
 	last := time.Now()
 	d, err := wire(ctx, cfg, log, func(b *tidemark.Batch, s tidemark.ApplyStats, took time.Duration) {
