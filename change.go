@@ -139,6 +139,17 @@ type Key string
 
 // KeyOf encodes the business-key columns of row.
 func (t *Table) KeyOf(row []any) Key {
+	// A single integer key, the common case, without a builder.
+	if len(t.Key) == 1 && t.Key[0] < len(row) {
+		switch x := row[t.Key[0]].(type) {
+		case int64:
+			var buf [32]byte
+			return Key(strconv.AppendInt(append(buf[:0], "\x01V"...), x, 10))
+		case uint64:
+			var buf [32]byte
+			return Key(strconv.AppendUint(append(buf[:0], "\x01V"...), x, 10))
+		}
+	}
 	var b strings.Builder
 	for i, ci := range t.Key {
 		if i > 0 {
@@ -168,6 +179,17 @@ func writeKeyPart(b *strings.Builder, v any) {
 	case time.Time:
 		b.WriteString("\x01T")
 		b.WriteString(strconv.FormatInt(x.UnixMicro(), 10))
+	case int64:
+		var buf [24]byte
+		b.WriteString("\x01V")
+		b.Write(strconv.AppendInt(buf[:0], x, 10))
+	case uint64:
+		var buf [24]byte
+		b.WriteString("\x01V")
+		b.Write(strconv.AppendUint(buf[:0], x, 10))
+	case Decimal:
+		b.WriteString("\x01V")
+		b.WriteString(string(x))
 	default:
 		fmt.Fprintf(b, "\x01V%v", x)
 	}

@@ -278,7 +278,11 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 		HeartbeatPeriod:         t.cfg.Heartbeat,
 		ReadTimeout:             t.cfg.ReadTimeout,
 		DisableRetrySync:        true,
-		Logger:                  t.cfg.Logger.With("component", "go-mysql"),
+		// go-mysql decodes ahead into this many events; its default
+		// (10240) holds hundreds of MB of decoded rows and makes every GC
+		// cycle scan them. 256 keeps the decoder busy and memory bounded.
+		EventCacheCount: 256,
+		Logger:          t.cfg.Logger.With("component", "go-mysql"),
 	})
 	defer syncer.Close()
 
@@ -481,6 +485,12 @@ func (t *Tailer) addRows(ctx context.Context, tx *txState, e *replication.RowsEv
 		})
 		tx.bytes += size + 96
 		return nil
+	}
+	if need := len(tx.changes) + len(e.Rows); need > cap(tx.changes) {
+		c := min(max(need, 2*cap(tx.changes)), t.cfg.MaxChunkChanges+len(e.Rows))
+		grown := make([]tidemark.Change, len(tx.changes), c)
+		copy(grown, tx.changes)
+		tx.changes = grown
 	}
 	switch e.Type() {
 	case replication.EnumRowsEventTypeInsert:

@@ -93,6 +93,9 @@ func (e *valueEnv) convInt(v any) (any, error) {
 	if v == nil {
 		return nil, nil
 	}
+	if _, ok := v.(int64); ok {
+		return v, nil // already boxed: no new allocation
+	}
 	if n, ok := toInt64(v); ok {
 		return n, nil
 	}
@@ -102,6 +105,9 @@ func (e *valueEnv) convInt(v any) (any, error) {
 func (e *valueEnv) convUint(v any) (any, error) {
 	if v == nil {
 		return nil, nil
+	}
+	if _, ok := v.(uint64); ok {
+		return v, nil
 	}
 	if n, ok := toUint64(v); ok {
 		return n, nil
@@ -162,7 +168,7 @@ func (e *valueEnv) convDouble(v any) (any, error) {
 	case nil:
 		return nil, nil
 	case float64:
-		return x, nil
+		return v, nil
 	case float32:
 		return float64(x), nil
 	}
@@ -174,11 +180,12 @@ func (e *valueEnv) convDouble(v any) (any, error) {
 func (e *valueEnv) convText(latin1 bool) converter {
 	return func(v any) (any, error) {
 		var s string
+		boxed := false
 		switch x := v.(type) {
 		case nil:
 			return nil, nil
 		case string:
-			s = x
+			s, boxed = x, true
 		case []byte:
 			s = string(x)
 		default:
@@ -189,6 +196,9 @@ func (e *valueEnv) convText(latin1 bool) converter {
 		}
 		if !utf8.ValidString(s) {
 			return nil, e.errf("text is not valid UTF-8 (check the column's character set)")
+		}
+		if boxed {
+			return v, nil // the decoder's string, already boxed
 		}
 		return s, nil
 	}

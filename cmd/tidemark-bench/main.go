@@ -27,6 +27,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"syscall"
@@ -65,6 +66,7 @@ type options struct {
 	lagSeconds                                         int
 	out                                                string
 	bin                                                string
+	t1Profile                                          string
 }
 
 func main() {
@@ -78,6 +80,7 @@ func main() {
 	flag.IntVar(&o.lagSeconds, "lag-seconds", 20, "duration of the lag measurement")
 	flag.StringVar(&o.out, "out", "docs/PERFORMANCE.md", "report file")
 	flag.StringVar(&o.bin, "bin", "", "tidemark binary (default: build it)")
+	flag.StringVar(&o.t1Profile, "t1-cpuprofile", "", "write a CPU profile of T1 (tailer + dedupe) to this file")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -214,7 +217,19 @@ func run(ctx context.Context, o options) error {
 	results = append(results, c1)
 
 	step("T1 tidemark tailer + UTC normalization + dedupe → null sink")
+	if o.t1Profile != "" {
+		f, err := os.Create(o.t1Profile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
 	t1, err := tailerOnly(ctx, env, insStart, insEnd)
+	if o.t1Profile != "" {
+		pprof.StopCPUProfile()
+	}
 	if err != nil {
 		return err
 	}
