@@ -10,7 +10,7 @@ SERVICES := scripts/services.sh
 # Exports TIDEMARK_TEST_* for the running local services; use on the same recipe line.
 WITH_ENV := eval "$$($(SERVICES) env)"
 
-.PHONY: build services test fmt-check vet demo bench down status clean
+.PHONY: build services test fmt-check vet demo bench bench-fallback down status clean
 
 build:
 	go build -o bin/tidemark ./cmd/tidemark
@@ -35,6 +35,10 @@ demo: services
 # Measures tidemark against its ceilings in one run and writes docs/PERFORMANCE.md.
 bench: services
 	$(WITH_ENV) && go run ./cmd/tidemark-bench
+
+# Catch-up of a 1M-row table with 0.1% changed versus a full reload; appends to docs/PERFORMANCE.md.
+bench-fallback: services
+	$(WITH_ENV) && go run ./cmd/tidemark-bench -fallback 1000000
 
 down:
 	$(SERVICES) down

@@ -223,6 +223,9 @@ func TestTailerSplitsLargeTransaction(t *testing.T) {
 	var sizes []int
 	for {
 		ch := <-out
+		if len(sizes) == 0 && len(ch.Changes) == 0 {
+			continue // transactions of other tables (other tests) end here
+		}
 		sizes = append(sizes, len(ch.Changes))
 		if !ch.Commit.IsZero() {
 			break

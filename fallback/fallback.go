@@ -113,6 +113,9 @@ type TableReport struct {
 	// captured).
 	Deletes        int64
 	DeletesChecked bool
+	// ReadTime and ApplyTime split the table's time between the source
+	// reads and the target applies.
+	ReadTime, ApplyTime time.Duration
 }
 
 // Report is the result of a catch-up run.
@@ -307,7 +310,9 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 		wm = &tidemark.Watermark{Table: id, Value: upper}
 	}
 	for {
+		t0 := time.Now()
 		res, err := c.src.Read(ctx, req)
+		tr.ReadTime += time.Since(t0)
 		if err != nil {
 			return tr, err
 		}
@@ -320,7 +325,9 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 			b.Watermarks = []tidemark.Watermark{*wm}
 		}
 		if len(b.Changes) > 0 || len(b.Watermarks) > 0 {
+			t0 := time.Now()
 			st, err := c.target.Apply(ctx, b)
+			tr.ApplyTime += time.Since(t0)
 			if err != nil {
 				return tr, err
 			}

@@ -67,6 +67,7 @@ type options struct {
 	out                                                string
 	bin                                                string
 	t1Profile                                          string
+	fallbackRows                                       int
 }
 
 func main() {
@@ -81,7 +82,15 @@ func main() {
 	flag.StringVar(&o.out, "out", "docs/PERFORMANCE.md", "report file")
 	flag.StringVar(&o.bin, "bin", "", "tidemark binary (default: build it)")
 	flag.StringVar(&o.t1Profile, "t1-cpuprofile", "", "write a CPU profile of T1 (tailer + dedupe) to this file")
+	flag.IntVar(&o.fallbackRows, "fallback", 0, "instead: benchmark the fallback catch-up on a table of this many rows")
 	flag.Parse()
+	if o.fallbackRows > 0 {
+		if err := benchFallback(context.Background(), o.fallbackRows, o.out); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
