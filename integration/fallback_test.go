@@ -315,3 +315,54 @@ func TestTamperedCheckpointIsRejected(t *testing.T) {
 		t.Fatal("a tampered watermark was stored")
 	}
 }
+
+// TestKillDuringCatchUp kills the daemon with SIGKILL several times during
+// its first-run snapshot (and once during a catch-up after a purge); the
+// restarts converge to a target equal to the source.
+func TestKillDuringCatchUp(t *testing.T) {
+	f := newFixture(t)
+	db := randName("it_killcu_")
+	f.dropLater(t, db, db)
+	w := &harness.Workload{My: f.my, Database: db, Zone: "Asia/Kolkata", Rand: rand.New(rand.NewPCG(41, 42)), BigTxRows: 1000}
+	if err := w.Setup(); err != nil {
+		t.Fatal(err)
+	}
+	if err := harness.Exec(f.my, "CREATE INDEX upd ON orders (updated_at)",
+		"INSERT INTO orders SELECT 1000000 + seq, 1, 'bulk', seq / 100, 'paid', NULL, NOW(6), NULL FROM seq_1_to_60000"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := f.configYAMLWith(t, db, db, db, "Asia/Kolkata", tidemark.Position{}, fallbackYAML(db, true))
+	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	for i := 0; i < 3; i++ {
+		d := f.startDaemon(t, cfg)
+		time.Sleep(time.Duration(100+rnd.IntN(400)) * time.Millisecond)
+		d.kill()
+	}
+	d := f.startDaemon(t, cfg)
+	f.waitCaughtUp(t, db, d)
+	if err := w.Run(100); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCaughtUp(t, db, d)
+	d.stop(t)
+	// A purge while down, then kills during the catch-up.
+	if err := w.Run(100); err != nil {
+		t.Fatal(err)
+	}
+	if err := harness.Exec(f.my, "UPDATE orders SET amount = amount + 1, updated_at = NOW(6) WHERE order_id > 1000000 AND order_id % 7 = 0"); err != nil {
+		t.Fatal(err)
+	}
+	f.purgeBinlogs(t)
+	for i := 0; i < 2; i++ {
+		d := f.startDaemon(t, cfg)
+		time.Sleep(time.Duration(50+rnd.IntN(200)) * time.Millisecond)
+		d.kill()
+	}
+	d = f.startDaemon(t, cfg)
+	f.waitCaughtUp(t, db, d)
+	if code := d.stop(t); code != 0 {
+		t.Fatalf("exit %d\n%s", code, d.stderr.String())
+	}
+	diff := f.compare(t, harness.TableSpec{Database: db, Table: "orders", SourceZone: "Asia/Kolkata"})
+	t.Logf("after kills during snapshot and catch-up: %s", diff)
+}
