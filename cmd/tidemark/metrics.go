@@ -1,0 +1,363 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"tidemark"
+)
+
+// MetricsConfig is the `metrics:` section of the config.
+type MetricsConfig struct {
+	// Listen is the address of /metrics, /healthz and /readyz (default
+	// 127.0.0.1:9650, loopback only; "off" disables the server). The
+	// endpoints have no authentication: expose them beyond loopback only
+	// behind something that has.
+	Listen string `yaml:"listen"`
+	// RetentionInterval is how often the binlog retention headroom is
+	// measured (default 1m).
+	RetentionInterval time.Duration `yaml:"retention_interval"`
+}
+
+// DefaultMetricsListen is the default metrics address.
+const DefaultMetricsListen = "127.0.0.1:9650"
+
+func (c MetricsConfig) withDefaults() MetricsConfig {
+	if c.Listen == "" {
+		c.Listen = DefaultMetricsListen
+	}
+	if c.RetentionInterval <= 0 {
+		c.RetentionInterval = time.Minute
+	}
+	return c
+}
+
+// Validate checks the section; errors name the field.
+func (c MetricsConfig) Validate() error {
+	if c.Listen != "" && c.Listen != "off" {
+		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+			return fmt.Errorf("config: metrics.listen: want host:port or off: %v", err)
+		}
+	}
+	if c.RetentionInterval < 0 {
+		return errors.New("config: metrics.retention_interval: must be ≥ 0")
+	}
+	return nil
+}
+
+// Metrics holds tidemark's Prometheus metrics (in their own registry) and
+// serves them with /healthz and /readyz. Feed it with OnApply (as the
+// pipeline's OnApply callback), Error, FallbackRun, SetRetention (or
+// WatchRetention), WatchDedupe and SetReady. It is safe for concurrent use.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	changes      *prometheus.CounterVec
+	applied      *prometheus.CounterVec
+	batchChanges prometheus.Histogram
+	batchBytes   prometheus.Histogram
+	applySeconds prometheus.Histogram
+	lag          *prometheus.GaugeVec
+	lastCommit   *prometheus.GaugeVec
+	fallbackRuns prometheus.Counter
+	fallbackRows *prometheus.CounterVec
+	headroom     prometheus.Gauge
+	errors       *prometheus.CounterVec
+
+	ready atomic.Bool
+
+	mu     sync.Mutex
+	dedupe func(func(name string, v uint64))
+}
+
+// NewMetrics registers tidemark's metrics (and the Go and process
+// collectors) in a new registry.
+func NewMetrics() *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	m.changes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tidemark_changes_total",
+		Help: "Row changes committed to the target, by source table and op (c, u, d, r)."}, []string{"table", "op"})
+	m.applied = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tidemark_apply_rows_total",
+		Help: "What the sink did with each change: inserted, updated, deleted, skipped (version guard), coalesced."}, []string{"result"})
+	m.batchChanges = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tidemark_batch_changes",
+		Help: "Changes per committed batch.", Buckets: prometheus.ExponentialBuckets(1, 4, 9)})
+	m.batchBytes = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tidemark_batch_bytes",
+		Help: "Estimated bytes per committed batch.", Buckets: prometheus.ExponentialBuckets(256, 4, 10)})
+	m.applySeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tidemark_apply_seconds",
+		Help: "Time to apply and commit one batch.", Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12)})
+	m.lag = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tidemark_lag_seconds",
+		Help: "Source commit → target commit of the newest change of the table in the last batch (daemon clock minus source commit time; 1 s resolution)."}, []string{"table"})
+	m.lastCommit = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tidemark_last_source_commit_timestamp_seconds",
+		Help: "Source commit time of the newest change applied, per table (time() minus this is the staleness while the source is idle or stuck)."}, []string{"table"})
+	m.fallbackRuns = prometheus.NewCounter(prometheus.CounterOpts{Name: "tidemark_fallback_runs_total",
+		Help: "Catch-up (fallback) runs."})
+	m.fallbackRows = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tidemark_fallback_rows_total",
+		Help: "Rows read by catch-up runs, per table."}, []string{"table"})
+	m.headroom = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tidemark_binlog_retention_headroom_seconds",
+		Help: "Time left before the source may purge the binlog file holding the checkpoint (+Inf: never purged by age; negative: purgeable at the next rotation)."})
+	m.headroom.Set(math.NaN())
+	m.errors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tidemark_errors_total",
+		Help: "Errors by class."}, []string{"class"})
+	m.reg.MustRegister(m.changes, m.applied, m.batchChanges, m.batchBytes, m.applySeconds, m.lag, m.lastCommit,
+		m.fallbackRuns, m.fallbackRows, m.headroom, m.errors, &dedupeCollector{m: m},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, r := range []string{"inserted", "updated", "deleted", "skipped", "coalesced"} {
+		m.applied.WithLabelValues(r)
+	}
+	return m
+}
+
+// Registry returns the registry, to add collectors.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// OnApply records a committed batch; its signature is
+// tidemark.PipelineConfig.OnApply's.
+func (m *Metrics) OnApply(b *tidemark.Batch, s tidemark.ApplyStats, took time.Duration) {
+	m.applySeconds.Observe(took.Seconds())
+	m.batchChanges.Observe(float64(len(b.Changes)))
+	m.batchBytes.Observe(float64(b.Bytes()))
+	m.applied.WithLabelValues("inserted").Add(float64(s.Inserted))
+	m.applied.WithLabelValues("updated").Add(float64(s.Updated))
+	m.applied.WithLabelValues("deleted").Add(float64(s.Deleted))
+	m.applied.WithLabelValues("skipped").Add(float64(s.Skipped))
+	m.applied.WithLabelValues("coalesced").Add(float64(s.Coalesced))
+	type key struct {
+		table string
+		op    tidemark.Op
+	}
+	counts := map[key]int{}
+	newest := map[string]time.Time{}
+	for i := range b.Changes {
+		c := &b.Changes[i]
+		if c.Table == nil {
+			continue
+		}
+		name := c.Table.ID.String()
+		counts[key{name, c.Op}]++
+		if c.CommitTime.After(newest[name]) {
+			newest[name] = c.CommitTime
+		}
+	}
+	for k, n := range counts {
+		m.changes.WithLabelValues(k.table, k.op.String()).Add(float64(n))
+	}
+	now := time.Now()
+	for t, ct := range newest {
+		if ct.IsZero() {
+			continue
+		}
+		m.lag.WithLabelValues(t).Set(math.Max(0, now.Sub(ct).Seconds()))
+		m.lastCommit.WithLabelValues(t).Set(float64(ct.UnixMilli()) / 1000)
+	}
+	m.ready.Store(true)
+}
+
+// FallbackRun records one catch-up run and the rows it read per table.
+func (m *Metrics) FallbackRun(rowsByTable map[string]int64) {
+	m.fallbackRuns.Inc()
+	for t, n := range rowsByTable {
+		m.fallbackRows.WithLabelValues(t).Add(float64(n))
+	}
+}
+
+// Error counts an error by its class (see errorClass).
+func (m *Metrics) Error(err error) {
+	if err == nil {
+		return
+	}
+	m.errors.WithLabelValues(errorClass(err)).Inc()
+}
+
+// errorClass maps an error to a small, fixed set of label values.
+func errorClass(err error) string {
+	var ve *tidemark.ValueError
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "canceled"
+	case errors.Is(err, tidemark.ErrPositionPurged):
+		return "position_purged"
+	case errors.Is(err, tidemark.ErrPositionAhead):
+		return "position_ahead"
+	case errors.Is(err, tidemark.ErrSourceConfig):
+		return "source_config"
+	case errors.Is(err, tidemark.ErrDuplicateKeys):
+		return "duplicate_keys"
+	case errors.Is(err, tidemark.ErrStatsMismatch):
+		return "stats_mismatch"
+	case errors.Is(err, tidemark.ErrZeroDate), errors.Is(err, tidemark.ErrAmbiguousTime), errors.Is(err, tidemark.ErrNonexistentTime), errors.As(err, &ve):
+		return "value"
+	case errors.Is(err, tidemark.ErrInvalidIdentifier):
+		return "invalid_identifier"
+	case tidemark.IsRetryable(err):
+		return "transient"
+	}
+	return "other"
+}
+
+// SetRetention records the binlog retention headroom.
+func (m *Metrics) SetRetention(r tidemark.Retention) {
+	switch {
+	case r.Purged:
+		m.headroom.Set(math.Inf(-1))
+	case r.Unbounded:
+		m.headroom.Set(math.Inf(1))
+	default:
+		m.headroom.Set(r.Headroom.Seconds())
+	}
+}
+
+// WatchRetention measures the retention headroom every interval until ctx
+// is done (it returns nil then). A failed probe is logged and counted, not
+// fatal.
+func (m *Metrics) WatchRetention(ctx context.Context, interval time.Duration, probe func(context.Context) (tidemark.Retention, error), log *slog.Logger) error {
+	if interval <= 0 {
+		interval = time.Minute
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		r, err := probe(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			m.Error(err)
+			log.Warn("could not measure binlog retention", "err", err)
+		} else {
+			m.SetRetention(r)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// WatchDedupe exposes a dedupe window's counters: each must call its
+// argument with every counter's name and value (dedupe.Stats.Each). The
+// "keys" value is a gauge, the others counters.
+func (m *Metrics) WatchDedupe(each func(func(name string, v uint64))) {
+	m.mu.Lock()
+	m.dedupe = each
+	m.mu.Unlock()
+}
+
+// SetReady sets what /readyz answers (OnApply sets it).
+func (m *Metrics) SetReady(ok bool) { m.ready.Store(ok) }
+
+var (
+	dedupeChangesDesc = prometheus.NewDesc("tidemark_dedupe_total", "Dedupe window counters by name (seen, passed, dropped_duplicate, dropped_regression, ...).", []string{"name"}, nil)
+	dedupeKeysDesc    = prometheus.NewDesc("tidemark_dedupe_keys", "Keys held in the dedupe window's state.", nil, nil)
+)
+
+// dedupeCollector reads the dedupe counters at scrape time.
+type dedupeCollector struct{ m *Metrics }
+
+func (c *dedupeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- dedupeChangesDesc
+	ch <- dedupeKeysDesc
+}
+
+func (c *dedupeCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.Lock()
+	each := c.m.dedupe
+	c.m.mu.Unlock()
+	if each == nil {
+		return
+	}
+	each(func(name string, v uint64) {
+		if name == "keys" {
+			ch <- prometheus.MustNewConstMetric(dedupeKeysDesc, prometheus.GaugeValue, float64(v))
+			return
+		}
+		ch <- prometheus.MustNewConstMetric(dedupeChangesDesc, prometheus.CounterValue, float64(v), name)
+	})
+}
+
+// Handler serves /metrics, /healthz (200 while the process runs) and
+// /readyz (200 once a batch has been committed and until SetReady(false)).
+func (m *Metrics) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !m.ready.Load() {
+			http.Error(w, "not ready: no batch committed yet", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	return mux
+}
+
+// Serve listens on cfg.Listen and serves Handler until ctx is done; it then
+// shuts the server down and returns nil. A listen error is returned at once.
+// With listen "off" it just waits for ctx.
+func (m *Metrics) Serve(ctx context.Context, cfg MetricsConfig, log *slog.Logger) error {
+	cfg = cfg.withDefaults()
+	if cfg.Listen == "off" {
+		<-ctx.Done()
+		return nil
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen for metrics on %s: %w", cfg.Listen, err)
+	}
+	return m.serveOn(ctx, ln, log)
+}
+
+func (m *Metrics) serveOn(ctx context.Context, ln net.Listener, log *slog.Logger) error {
+	if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil {
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			log.Warn("metrics endpoint is reachable beyond loopback and has no authentication", "addr", ln.Addr().String())
+		}
+	}
+	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("serving metrics", "addr", "http://"+ln.Addr().String()+"/metrics")
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve metrics: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	<-errc
+	return nil
+}
+
+// formatHeadroom formats a retention headroom for people.
+func formatHeadroom(r tidemark.Retention) string {
+	switch {
+	case r.Purged:
+		return "PURGED"
+	case r.Unbounded:
+		return "unbounded (binlog_expire_logs_seconds = 0)"
+	case r.Open:
+		return "≥ " + fmtHours(r.Headroom) + " (file still being written)"
+	case r.Headroom <= 0:
+		return "0h: purgeable at the next rotation"
+	}
+	return fmtHours(r.Headroom)
+}
+
+func fmtHours(d time.Duration) string {
+	return strconv.FormatFloat(d.Hours(), 'f', 1, 64) + "h"
+}

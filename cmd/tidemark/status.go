@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"tidemark"
+	"tidemark/binlog"
+	"tidemark/checkpoint"
+	"tidemark/sink/postgres"
+)
+
+// Table modes. There is no per-table state store yet: every table found in
+// the target is reported as streaming.
+const modeStreaming = "streaming"
+
+// StatusTable is one table of `tidemark status`.
+type StatusTable struct {
+	Table      string     `json:"table"`
+	Mode       string     `json:"mode"`
+	Watermark  *time.Time `json:"watermark,omitempty"`
+	Rows       int64      `json:"rows_estimate"` // -1: unknown (table never analyzed)
+	LastCommit *time.Time `json:"last_source_commit,omitempty"`
+	LastLoaded *time.Time `json:"last_target_commit,omitempty"`
+	LagSeconds *float64   `json:"lag_seconds,omitempty"`
+}
+
+// StatusRetention is the binlog retention of the checkpoint's file.
+type StatusRetention struct {
+	File            string     `json:"file"`
+	Files           int        `json:"files"`
+	Oldest          string     `json:"oldest"`
+	ExpireSeconds   int64      `json:"expire_seconds"`
+	Open            bool       `json:"open"`
+	Purged          bool       `json:"purged"`
+	Unbounded       bool       `json:"unbounded"`
+	ClosedAt        *time.Time `json:"closed_at,omitempty"`
+	PurgeAfter      *time.Time `json:"purge_after,omitempty"`
+	HeadroomSeconds *float64   `json:"headroom_seconds,omitempty"`
+	Headroom        string     `json:"headroom"`
+}
+
+// StatusReport is the output of `tidemark status`.
+type StatusReport struct {
+	Source     string           `json:"source"`
+	Checkpoint string           `json:"checkpoint"`
+	Retention  *StatusRetention `json:"retention,omitempty"`
+	// RetentionError says why the retention could not be read.
+	RetentionError string `json:"retention_error,omitempty"`
+	// ClockSkewSeconds is the source's clock minus the target's, measured
+	// now; lags mix the two clocks.
+	ClockSkewSeconds float64       `json:"clock_skew_seconds"`
+	Tables           []StatusTable `json:"tables"`
+	Note             string        `json:"note"`
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func statusRetention(r tidemark.Retention) *StatusRetention {
+	sr := &StatusRetention{File: r.File, Files: r.Files, Oldest: r.Oldest, ExpireSeconds: int64(r.Expire / time.Second),
+		Open: r.Open, Purged: r.Purged, Unbounded: r.Unbounded, ClosedAt: timePtr(r.ClosedAt), PurgeAfter: timePtr(r.PurgeAfter),
+		Headroom: formatHeadroom(r)}
+	if !r.Unbounded && !r.Purged {
+		h := r.Headroom.Seconds()
+		sr.HeadroomSeconds = &h
+	}
+	return sr
+}
+
+// sourceStatus is what status reads from the source.
+type sourceStatus interface {
+	Retention(ctx context.Context, pos tidemark.Position, now time.Time) (tidemark.Retention, error)
+	Now(ctx context.Context) (time.Time, error)
+}
+
+// targetStatus is what status reads from the target.
+type targetStatus interface {
+	Checkpoint(ctx context.Context, source string) (tidemark.Position, bool, error)
+	TableStatuses(ctx context.Context, source, controlSchema string, schemas []string) ([]tidemark.TableStatus, error)
+	Now(ctx context.Context) (time.Time, error)
+}
+
+// buildStatus reads the checkpoint, retention, clocks and tables.
+func buildStatus(ctx context.Context, src sourceStatus, dst targetStatus, source, controlSchema string, schemas []string) (*StatusReport, error) {
+	rep := &StatusReport{Source: source, Note: "mode: tidemark has no per-table state store yet; every table found in the target is reported as streaming"}
+	pos, ok, err := dst.Checkpoint(ctx, source)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		rep.Checkpoint = pos.String()
+		r, err := src.Retention(ctx, pos, time.Now())
+		if err != nil {
+			rep.RetentionError = err.Error()
+		} else {
+			rep.Retention = statusRetention(r)
+		}
+	} else {
+		rep.RetentionError = "no checkpoint stored for source " + source
+	}
+	if sn, err := src.Now(ctx); err == nil {
+		if tn, err := dst.Now(ctx); err == nil {
+			rep.ClockSkewSeconds = sn.Sub(tn).Seconds()
+		}
+	}
+	tables, err := dst.TableStatuses(ctx, source, controlSchema, schemas)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range tables {
+		st := StatusTable{Table: t.Schema + "." + t.Name, Mode: modeStreaming, Watermark: timePtr(t.Watermark), Rows: t.Rows,
+			LastCommit: timePtr(t.LastCommit), LastLoaded: timePtr(t.LastLoaded)}
+		if !t.LastCommit.IsZero() {
+			l := t.Lag.Seconds()
+			st.LagSeconds = &l
+		}
+		rep.Tables = append(rep.Tables, st)
+	}
+	return rep, nil
+}
+
+// cmdStatus implements `tidemark status [--json]`: the checkpoint, the
+// binlog retention headroom, and per table the watermark, mode and lag.
+func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "tidemark.yaml", "path to the YAML config")
+	asJSON := fs.Bool("json", false, "print the status as JSON")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	cfg, err := LoadConfig(*path)
+	if err != nil {
+		fmt.Fprintln(stderr, "tidemark:", err)
+		return exitUsage
+	}
+	log := newLogger(cfg.Log, stderr)
+	bc, err := cfg.BinlogConfig()
+	if err != nil {
+		fmt.Fprintln(stderr, "tidemark:", err)
+		return exitUsage
+	}
+	src, err := binlog.NewVerifier(bc)
+	if err != nil {
+		fmt.Fprintln(stderr, "tidemark:", err)
+		return exitUsage
+	}
+	defer src.Close()
+	controlSchema := cfg.Target.Postgres.ControlSchema
+	if controlSchema == "" {
+		controlSchema = checkpoint.DefaultSchema
+	}
+	store, err := checkpoint.New(checkpoint.Config{Schema: controlSchema})
+	if err != nil {
+		fmt.Fprintln(stderr, "tidemark:", err)
+		return exitUsage
+	}
+	pc := cfg.PostgresSinkConfig()
+	pc.Checkpoints = store
+	pc.Logger = log.With("component", "postgres")
+	pc.Retry.Attempts = 3
+	sink, err := postgres.Open(ctx, pc)
+	if err != nil {
+		log.Error("status failed", "err", err)
+		return exitFailed
+	}
+	defer sink.Close()
+	var schemas []string
+	if s := cfg.Target.Postgres.Schema; s != "" {
+		schemas = []string{s}
+	}
+	rep, err := buildStatus(ctx, src, sink, bc.Name, controlSchema, schemas)
+	if err != nil {
+		log.Error("status failed", "err", err)
+		return exitFailed
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return exitFailed
+		}
+		return exitOK
+	}
+	printStatus(stdout, rep)
+	return exitOK
+}
+
+func fmtTime(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.Format(time.RFC3339)
+}
+
+// printStatus writes the readable status.
+func printStatus(w io.Writer, rep *StatusReport) {
+	fmt.Fprintf(w, "source %s\n", rep.Source)
+	cp := rep.Checkpoint
+	if cp == "" {
+		cp = "(none)"
+	}
+	fmt.Fprintf(w, "  checkpoint   %s\n", cp)
+	if r := rep.Retention; r != nil {
+		expire := "never (0)"
+		if r.ExpireSeconds > 0 {
+			expire = fmtHours(time.Duration(r.ExpireSeconds) * time.Second)
+		}
+		fmt.Fprintf(w, "  binlog       checkpoint in %s; %d files on the server, oldest %s; expiry %s\n", r.File, r.Files, r.Oldest, expire)
+		fmt.Fprintf(w, "  retention    %s", r.Headroom)
+		if r.PurgeAfter != nil {
+			fmt.Fprintf(w, " (file closed %s, purgeable after %s)", fmtTime(r.ClosedAt), fmtTime(r.PurgeAfter))
+		}
+		fmt.Fprintln(w)
+	} else {
+		fmt.Fprintf(w, "  retention    unknown: %s\n", rep.RetentionError)
+	}
+	fmt.Fprintf(w, "  clock skew   source − target = %.1fs\n\n", rep.ClockSkewSeconds)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TABLE\tMODE\tWATERMARK\tROWS (EST.)\tLAST SOURCE COMMIT\tLAG")
+	for _, t := range rep.Tables {
+		lag := "-"
+		if t.LagSeconds != nil {
+			lag = (time.Duration(*t.LagSeconds * float64(time.Second))).Round(time.Millisecond).String()
+		}
+		rows := "?"
+		if t.Rows >= 0 {
+			rows = fmt.Sprint(t.Rows)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Table, t.Mode, fmtTime(t.Watermark), rows, fmtTime(t.LastCommit), lag)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\nnote: %s\n", rep.Note)
+}
+
+// retentionProbe returns what Metrics.WatchRetention calls in the daemon:
+// the stored checkpoint of source and the retention of its binlog file.
+func retentionProbe(src *binlog.Verifier, sink *postgres.Sink, source string) func(context.Context) (tidemark.Retention, error) {
+	return func(ctx context.Context) (tidemark.Retention, error) {
+		pos, ok, err := sink.Checkpoint(ctx, source)
+		if err != nil {
+			return tidemark.Retention{}, err
+		}
+		if !ok {
+			return tidemark.Retention{}, fmt.Errorf("binlog retention of %s: no checkpoint yet", source)
+		}
+		return src.Retention(ctx, pos, time.Now())
+	}
+}
