@@ -27,6 +27,8 @@ type Config struct {
 	Batch    BatchConfig    `yaml:"batch"`
 	Fallback FallbackConfig `yaml:"fallback"`
 	Dedupe   DedupeConfig   `yaml:"dedupe"`
+	Verify   VerifyConfig   `yaml:"verify"`
+	Metrics  MetricsConfig  `yaml:"metrics"`
 	Log      LogConfig      `yaml:"log"`
 }
 
@@ -357,6 +359,12 @@ func (c *Config) Validate() error {
 		}
 	}
 	if _, err := c.BinlogConfig(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Verify.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Metrics.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if dc, on, err := c.DedupeSettings(); err != nil {

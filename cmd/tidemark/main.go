@@ -7,6 +7,8 @@
 //	tidemark run --config tidemark.yaml   replicate until SIGINT/SIGTERM
 //	tidemark checkpoint --config F        print the stored checkpoint
 //	tidemark catchup --config F [--table] catch up with bounded reads
+//	tidemark verify --config F            compare source and target in-database
+//	tidemark status --config F            positions, retention headroom, lag
 //	tidemark demo                         run the demo on the local services
 //	tidemark version                      print the version
 package main
@@ -25,6 +27,8 @@ import (
 	"syscall"
 	"time"
 	_ "time/tzdata" // time zones work on a machine without zoneinfo
+
+	"golang.org/x/sync/errgroup"
 
 	"tidemark"
 	"tidemark/binlog"
@@ -71,7 +75,11 @@ commands:
   catchup --config FILE [--table db.t]...
                              catch up with bounded reads (all tables: moves the checkpoint;
                              run it while the daemon is stopped)
-  demo [--rows N]            replicate a demo workload on the local services (make demo)
+  verify --config FILE [--table db.t]... [--since 24h] [--json]
+                             compare source and target; exit 0 equal, 1 different, 2 error
+  status --config FILE [--json]
+                             checkpoint, binlog retention headroom, per-table watermark/mode/lag
+  demo                       replicate a demo workload on the local services (make demo)
   version                    print the version`)
 }
 
@@ -92,6 +100,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdCheckpoint(ctx, args[1:], stdout, stderr)
 	case "catchup":
 		return cmdCatchup(ctx, args[1:], stdout, stderr)
+	case "verify":
+		return cmdVerify(ctx, args[1:], stdout, stderr, func(c *Config) VerifyConfig { return c.Verify })
+	case "status":
+		return cmdStatus(ctx, args[1:], stdout, stderr)
 	case "demo":
 		return cmdDemo(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
@@ -164,6 +176,9 @@ type daemon struct {
 	catchUp  *fallback.CatchUp
 	dedupe   *dedupe.Window // nil when disabled
 	start    tidemark.Position
+	// afterCatchUp, if set, runs after every automatic catch-up (the
+	// post-load assertion and metrics).
+	afterCatchUp func(ctx context.Context, since time.Time, rowsByTable map[string]int64) error
 }
 
 // wire builds the components from a validated config.
@@ -193,19 +208,56 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 		sink.Close()
 		return nil, err
 	}
+	d := &daemon{}
 	fc := cfg.FallbackSettings()
 	fc.Logger = log.With("component", "fallback")
+	bars := map[string]*Progress{}
+	fc.Progress = func(p fallback.Progress) {
+		name := p.Table.String()
+		bar, ok := bars[name]
+		if !ok {
+			bar = NewProgress(os.Stderr, "catch-up "+name, -1, fc.Logger)
+			bars[name] = bar
+		}
+		bar.Add(p.Rows - bar.Done())
+		if p.Done {
+			bar.Finish()
+			delete(bars, name)
+		}
+	}
 	catchUp, err := fallback.New(fc, reader, sink)
 	if err != nil {
 		sink.Close()
 		return nil, err
+	}
+	// The catch-up as the pipeline runs it: then the post-load duplicate
+	// assertion on the rows just loaded, and the metrics.
+	runCatchUp := func(ctx context.Context) (tidemark.Position, error) {
+		since, err := sink.Now(ctx)
+		if err != nil {
+			return tidemark.Position{}, err
+		}
+		rep, err := catchUp.RunReport(ctx, nil)
+		if err != nil {
+			return rep.Snapshot.Position, err
+		}
+		if d.afterCatchUp != nil {
+			rows := map[string]int64{}
+			for _, t := range rep.Tables {
+				rows[t.Table.String()] = t.Rows
+			}
+			if err := d.afterCatchUp(ctx, since, rows); err != nil {
+				return rep.Snapshot.Position, err
+			}
+		}
+		return rep.Snapshot.Position, nil
 	}
 	pc2 := tidemark.PipelineConfig{
 		Source: bc.Name, MaxBatchChanges: cfg.Batch.MaxChanges, MaxBatchBytes: cfg.Batch.MaxBytes,
 		MaxDelay: cfg.Batch.MaxDelay, Logger: log.With("component", "pipeline"), OnApply: onApply,
 	}
 	if cfg.FallbackOn() {
-		pc2.CatchUp = catchUp.Run
+		pc2.CatchUp = runCatchUp
 	}
 	var filter tidemark.Filter
 	dc, on, err := cfg.DedupeSettings()
@@ -228,7 +280,8 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 		return nil, err
 	}
 	start, _ := tidemark.ParsePosition(cfg.Source.StartPosition)
-	return &daemon{tailer: tailer, reader: reader, sink: sink, pipeline: p, catchUp: catchUp, dedupe: window, start: start}, nil
+	*d = daemon{tailer: tailer, reader: reader, sink: sink, pipeline: p, catchUp: catchUp, dedupe: window, start: start}
+	return d, nil
 }
 
 func (d *daemon) Close() {
@@ -262,7 +315,9 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	var applied tidemark.ApplyStats
 	last := time.Now()
+	m := NewMetrics()
 	d, err := wire(ctx, cfg, log, func(b *tidemark.Batch, s tidemark.ApplyStats, took time.Duration) {
+		m.OnApply(b, s, took)
 		applied.Add(s)
 		if time.Since(last) >= 10*time.Second {
 			last = time.Now()
@@ -275,9 +330,41 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 		return exitFailed
 	}
 	defer d.Close()
-	if err := d.pipeline.Run(ctx, d.start); err != nil {
+	if d.dedupe != nil {
+		m.WatchDedupe(func(f func(string, uint64)) { d.dedupe.Stats().Each(f) })
+	}
+	bc, _ := cfg.BinlogConfig()
+	bc.Logger = log.With("component", "verify")
+	src, err := binlog.NewVerifier(bc)
+	if err != nil {
+		log.Error("start failed", "err", err)
+		return exitFailed
+	}
+	defer src.Close()
+	as := NewAsserter(d.sink, cfg.Verify, log.With("component", "assert"), m)
+	d.afterCatchUp = func(ctx context.Context, since time.Time, rows map[string]int64) error {
+		m.FallbackRun(rows)
+		return as.AfterLoad(ctx, since)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return m.Serve(gctx, cfg.Metrics, log.With("component", "metrics")) })
+	g.Go(func() error {
+		return m.WatchRetention(gctx, cfg.Metrics.RetentionInterval, retentionProbe(src, d.sink, cfg.Source.Name), log)
+	})
+	g.Go(func() error { return as.Run(gctx) })
+	g.Go(func() error {
+		err := d.pipeline.Run(gctx, d.start)
+		m.Error(err)
+		if err == nil {
+			// A clean stop ends the helpers too.
+			return context.Canceled
+		}
+		return err
+	})
+	err = g.Wait()
+	if err != nil && !errors.Is(err, context.Canceled) {
 		if errors.Is(err, tidemark.ErrPositionPurged) {
-			log.Error("the source has purged the checkpoint's binlog position; run a catch-up (fallback) or re-snapshot", "err", err)
+			log.Error("the source has purged the checkpoint's binlog position and the fallback is off; run `tidemark catchup` or enable fallback", "err", err)
 		} else {
 			log.Error("pipeline stopped", "err", err)
 		}

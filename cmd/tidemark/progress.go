@@ -105,3 +105,10 @@ func (p *Progress) line(msg string, done int64, el time.Duration) {
 	}
 	p.log.Info(msg, args...)
 }
+
+// Done returns the units recorded so far.
+func (p *Progress) Done() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done
+}
