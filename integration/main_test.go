@@ -118,6 +118,11 @@ batch:
 log:
   level: info
 `, source, f.env.MySQLAddr, f.env.MySQLUser, 5000+time.Now().UnixNano()%1000, zone, db, start.String(), targetSchema) + extra
+	if !strings.Contains(extra, "metrics:") {
+		// Daemons of different tests must not fight over the default
+		// metrics port; TestMetricsMatchWorkload sets one.
+		y += "metrics:\n  listen: \"off\"\n"
+	}
 	p := filepath.Join(t.TempDir(), "tidemark.yaml")
 	if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
 		t.Fatal(err)
