@@ -27,6 +27,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"sort"
 	"strings"
@@ -84,6 +85,10 @@ func main() {
 	flag.StringVar(&o.t1Profile, "t1-cpuprofile", "", "write a CPU profile of T1 (tailer + dedupe) to this file")
 	flag.IntVar(&o.fallbackRows, "fallback", 0, "instead: benchmark the fallback catch-up on a table of this many rows")
 	flag.Parse()
+	// The same GC settings as the tidemark binary (cmd/tidemark tuneGC), for
+	// C1 and T1 alike, which run in this process.
+	debug.SetGCPercent(400)
+	debug.SetMemoryLimit(200 << 20)
 	if o.fallbackRows > 0 {
 		if err := benchFallback(context.Background(), o.fallbackRows, o.out); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
