@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"sync"
 	"time"
 )
@@ -40,6 +41,21 @@ type PipelineConfig struct {
 	// position) and whenever the source reports ErrPositionPurged. Without
 	// it, a purged position stops the pipeline with that error.
 	CatchUp func(ctx context.Context) (Position, error)
+	// Snapshot, if set, snapshots tables without moving the checkpoint. The
+	// pipeline uses it for a table that appears in the stream while its
+	// target does not exist yet (created, renamed into the include filter,
+	// newly included: it may already have rows the stream will never
+	// show), after an ALTER TABLE that gave existing rows values the binlog
+	// does not carry (Backfill), and for a requested resync. Without it a
+	// new table is streamed from where the stream is, and resync requests
+	// wait.
+	Snapshot SnapshotFunc
+	// OnTableState, if set, is called whenever a table's state changes
+	// (quarantined, snapshotted, resynced), e.g. for metrics.
+	OnTableState func(TableState)
+	// StateInterval is how often the table states recorded in the target
+	// are read again, to pick up resync requests (default 2s).
+	StateInterval time.Duration
 }
 
 func (c *PipelineConfig) setDefaults() {
@@ -61,20 +77,36 @@ func (c *PipelineConfig) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.StateInterval <= 0 {
+		c.StateInterval = 2 * time.Second
+	}
 }
 
 // Pipeline moves a source's changes through an optional filter into a sink:
 // source → bounded channel → filter → batch → Sink.Apply (data and
 // checkpoint in one commit).
+//
+// Tables are replicated independently (see TableMode): a table whose
+// changes the sink cannot apply (a *TableError: an incompatible schema
+// change, a refused DDL statement) is quarantined — its changes are skipped
+// from then on while the checkpoint keeps advancing for the other tables —
+// and stays quarantined across restarts until it is resynced. When the sink
+// is a TableRegistry the states are recorded in the target; a DDLSink
+// applies the source's DROP TABLE, TRUNCATE and ALTER TABLE events; a
+// SourceLocker lets one pipeline at a time stream a source.
 type Pipeline struct {
 	cfg    PipelineConfig
 	source Source
 	filter Filter
 	sink   Sink
+	reg    TableRegistry // nil: table states in memory only
+	ddl    DDLSink       // nil: DDL events are not applied
 
-	mu    sync.Mutex
-	total ApplyStats
-	last  Position
+	mu      sync.Mutex
+	total   ApplyStats
+	last    Position
+	tables  map[TableID]TableState
+	skipped uint64
 }
 
 // NewPipeline returns a pipeline; filter may be nil.
@@ -86,7 +118,30 @@ func NewPipeline(cfg PipelineConfig, src Source, filter Filter, sink Sink) (*Pip
 	if src == nil || sink == nil {
 		return nil, errors.New("pipeline config: source and sink are required")
 	}
-	return &Pipeline{cfg: cfg, source: src, filter: filter, sink: sink}, nil
+	p := &Pipeline{cfg: cfg, source: src, filter: filter, sink: sink, tables: map[TableID]TableState{}}
+	p.ddl, _ = sink.(DDLSink)
+	return p, nil
+}
+
+// TableStates returns the state of every table the pipeline knows, sorted
+// by name.
+func (p *Pipeline) TableStates() []TableState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]TableState, 0, len(p.tables))
+	for _, st := range p.tables {
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Table.String() < out[j].Table.String() })
+	return out
+}
+
+// SkippedChanges returns how many changes were skipped because their table
+// was quarantined (or they were older than its last snapshot).
+func (p *Pipeline) SkippedChanges() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.skipped
 }
 
 // Totals returns the stats of every batch applied so far and the last
@@ -102,7 +157,17 @@ func (p *Pipeline) Totals() (ApplyStats, Position) {
 // reading, applies and commits what it has read, and returns nil. It returns
 // the first error of the source or the sink otherwise; nothing that was not
 // committed is recorded in the checkpoint.
+//
+// When the sink is a SourceLocker, Run first takes the source's lock,
+// waiting while another process holds it.
 func (p *Pipeline) Run(ctx context.Context, from Position) error {
+	if l, ok := p.sink.(SourceLocker); ok {
+		release, err := p.lockSource(ctx, l)
+		if err != nil || release == nil {
+			return err
+		}
+		defer release()
+	}
 	pos, ok, err := p.sink.Checkpoint(ctx, p.cfg.Source)
 	if err != nil {
 		return fmt.Errorf("read checkpoint of %s: %w", p.cfg.Source, err)
@@ -110,12 +175,20 @@ func (p *Pipeline) Run(ctx context.Context, from Position) error {
 	if !ok {
 		pos = from
 	}
+	if err := p.loadStates(ctx); err != nil {
+		return err
+	}
 	p.cfg.Logger.Info("starting pipeline", "source", p.cfg.Source, "position", pos.String(), "resumed", ok)
 	if !ok && pos.IsZero() && p.cfg.CatchUp != nil {
 		p.cfg.Logger.Info("no checkpoint and no start position: taking a snapshot first", "source", p.cfg.Source)
 		if pos, err = p.cfg.CatchUp(ctx); err != nil {
 			return fmt.Errorf("initial snapshot of %s: %w", p.cfg.Source, err)
 		}
+	}
+	// Snapshots interrupted by a crash, and resyncs requested while no
+	// pipeline ran.
+	if err := p.pendingSnapshots(ctx, nil); err != nil {
+		return err
 	}
 	for {
 		p.mu.Lock()
@@ -145,6 +218,9 @@ func (p *Pipeline) stream(ctx context.Context, pos Position) error {
 	}()
 
 	applyErr := p.applyLoop(ctx, chunks)
+	if errors.Is(applyErr, errStopNow) {
+		applyErr = nil
+	}
 	stopSource()
 	// Drain so the source goroutine can exit, then join it.
 	for range chunks {
@@ -167,6 +243,12 @@ func (p *Pipeline) applyLoop(ctx context.Context, chunks <-chan Chunk) error {
 	bytes := 0
 	var timer *time.Timer
 	var timerC <-chan time.Time
+	var tick <-chan time.Time
+	if p.reg != nil {
+		t := time.NewTicker(p.cfg.StateInterval)
+		defer t.Stop()
+		tick = t.C
+	}
 	flush := func() error {
 		if timer != nil {
 			timer.Stop()
@@ -182,7 +264,17 @@ func (p *Pipeline) applyLoop(ctx context.Context, chunks <-chan Chunk) error {
 			defer cancel()
 		}
 		start := time.Now()
-		stats, err := p.sink.Apply(actx, batch)
+		// Tables seen for the first time are admitted (and snapshotted
+		// when their target does not exist) before their changes apply.
+		// Not while stopping: the batch is then left for the next start.
+		if ctx.Err() != nil && p.reg != nil && p.cfg.Snapshot != nil && p.hasUnknownTables(batch) {
+			p.cfg.Logger.Info("stopping with changes of a new table in hand: they are left for the next start", "source", p.cfg.Source)
+			return errStopNow
+		}
+		if err := p.admitTables(actx, batch); err != nil {
+			return err
+		}
+		stats, err := p.applyFiltered(actx, batch)
 		if err != nil {
 			return fmt.Errorf("apply batch of %d changes (checkpoint %s): %w", len(batch.Changes), batch.Checkpoint, err)
 		}
@@ -208,6 +300,33 @@ func (p *Pipeline) applyLoop(ctx context.Context, chunks <-chan Chunk) error {
 		case ch, ok := <-chunks:
 			if !ok {
 				return flush()
+			}
+			if len(ch.DDL) > 0 {
+				// A schema change is a batch boundary: what came before
+				// it applies with the old schema, what follows with the
+				// new one.
+				if err := flush(); err != nil {
+					return err
+				}
+				if ctx.Err() != nil {
+					// Stopping: the DDL and what follows it are streamed
+					// again at the next start (the checkpoint is before
+					// it).
+					return nil
+				}
+				committed, err := p.handleDDL(ctx, &ch)
+				if err != nil {
+					return err
+				}
+				if committed {
+					p.mu.Lock()
+					p.last = ch.Commit
+					p.mu.Unlock()
+					ch.Commit = Position{}
+					if len(ch.Changes) == 0 && len(ch.Watermarks) == 0 {
+						continue
+					}
+				}
 			}
 			changes := ch.Changes
 			if p.filter != nil && len(changes) > 0 {
@@ -246,6 +365,388 @@ func (p *Pipeline) applyLoop(ctx context.Context, chunks <-chan Chunk) error {
 			if err := flush(); err != nil {
 				return err
 			}
+		case <-tick:
+			if ctx.Err() != nil {
+				continue
+			}
+			if err := p.pendingSnapshots(ctx, flush); err != nil {
+				return err
+			}
 		}
 	}
+}
+
+// errStopNow ends the apply loop without applying what is in hand (it is
+// streamed again at the next start).
+var errStopNow = errors.New("stop without applying")
+
+// lockSource takes the source's lock, waiting while another process holds
+// it. It returns a nil release when ctx is done first.
+func (p *Pipeline) lockSource(ctx context.Context, l SourceLocker) (func(), error) {
+	logged := false
+	for {
+		release, ok, err := l.TryLockSource(ctx, p.cfg.Source)
+		if errors.Is(err, errors.ErrUnsupported) {
+			return func() {}, nil
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("lock source %s: %w", p.cfg.Source, err)
+		}
+		if ok {
+			return release, nil
+		}
+		if !logged {
+			p.cfg.Logger.Warn("another tidemark process is streaming this source; waiting for it to stop", "source", p.cfg.Source)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// loadStates reads the recorded table states, when the sink keeps them.
+func (p *Pipeline) loadStates(ctx context.Context) error {
+	reg, ok := p.sink.(TableRegistry)
+	if !ok {
+		return nil
+	}
+	states, err := reg.TableStates(ctx, p.cfg.Source)
+	if errors.Is(err, errors.ErrUnsupported) {
+		p.cfg.Logger.Info("the sink does not record table states: quarantines last until the process stops", "source", p.cfg.Source)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read table states of %s: %w", p.cfg.Source, err)
+	}
+	p.reg = reg
+	p.mu.Lock()
+	clear(p.tables)
+	for _, st := range states {
+		p.tables[st.Table] = st
+	}
+	p.mu.Unlock()
+	for _, st := range states {
+		if st.Mode == TableQuarantined {
+			p.cfg.Logger.Error("table is quarantined: its changes are skipped until it is resynced (tidemark resync --table "+st.Table.String()+")",
+				"source", p.cfg.Source, "table", st.Table.String(), "reason", st.Reason, "since", st.UpdatedAt)
+		}
+	}
+	return nil
+}
+
+// state returns the state of a table and whether the pipeline knows it.
+func (p *Pipeline) state(id TableID) (TableState, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st, ok := p.tables[id]
+	return st, ok
+}
+
+// setState records a table's state (in the target when the sink keeps
+// states) and reports the change.
+func (p *Pipeline) setState(ctx context.Context, st TableState) error {
+	if p.reg != nil {
+		if err := p.reg.SetTableState(ctx, p.cfg.Source, st); err != nil {
+			return fmt.Errorf("record state of %s: %w", st.Table, err)
+		}
+	}
+	p.remember(st)
+	return nil
+}
+
+func (p *Pipeline) remember(st TableState) {
+	p.mu.Lock()
+	old, had := p.tables[st.Table]
+	p.tables[st.Table] = st
+	p.mu.Unlock()
+	if p.cfg.OnTableState != nil && (!had || old.Mode != st.Mode || old.Floor != st.Floor || old.Reason != st.Reason) {
+		p.cfg.OnTableState(st)
+	}
+}
+
+// quarantine stops applying a table's changes. The reason goes to the log
+// (once, at error level), the recorded state and OnTableState.
+func (p *Pipeline) quarantine(ctx context.Context, id TableID, cause error) error {
+	st := TableState{Table: id, Mode: TableQuarantined, Reason: cause.Error()}
+	p.cfg.Logger.Error("table quarantined: its changes are skipped from now on; the other tables continue. Resync it with `tidemark resync --table "+id.String()+"` once the cause is fixed",
+		"source", p.cfg.Source, "table", id.String(), "reason", st.Reason)
+	return p.setState(ctx, st)
+}
+
+// resnapshot takes a table through Resnapshot. A failure other than
+// cancellation quarantines the table instead of stopping the pipeline.
+func (p *Pipeline) resnapshot(ctx context.Context, id TableID, reason string) error {
+	if p.cfg.Snapshot == nil || p.reg == nil {
+		// Nothing to snapshot with: stream the table from here.
+		return p.setState(ctx, TableState{Table: id, Mode: TableStreaming, Reason: reason})
+	}
+	p.cfg.Logger.Info("snapshotting table", "source", p.cfg.Source, "table", id.String(), "reason", reason)
+	start := time.Now()
+	p.remember(TableState{Table: id, Mode: TableSnapshotting, Reason: reason})
+	st, err := Resnapshot(ctx, p.reg, p.cfg.Source, id, p.cfg.Snapshot, reason)
+	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		if IsRegistryError(err) {
+			// Recording the state or dropping the target failed: not the
+			// table's fault. Stop; the table stays snapshotting and the
+			// next start redoes the snapshot.
+			return err
+		}
+		// Reading or loading the table failed (after the retries of the
+		// reader and the sink): quarantine it, the others go on.
+		return p.quarantine(ctx, id, fmt.Errorf("snapshot failed: %w", err))
+	}
+	p.remember(st)
+	p.cfg.Logger.Info("table snapshotted; streaming it from the snapshot on", "source", p.cfg.Source, "table", id.String(),
+		"version", st.Floor.String(), "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+
+// pendingSnapshots reads the recorded states again and performs what they
+// ask for: resyncs requested (tidemark resync) and snapshots a crash
+// interrupted. flush, when not nil, first applies the batch in hand.
+func (p *Pipeline) pendingSnapshots(ctx context.Context, flush func() error) error {
+	if p.reg == nil {
+		return nil
+	}
+	states, err := p.reg.TableStates(ctx, p.cfg.Source)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("read table states of %s: %w", p.cfg.Source, err)
+	}
+	var todo []TableState
+	for _, st := range states {
+		if st.Mode == TableResyncRequested || st.Mode == TableSnapshotting {
+			todo = append(todo, st)
+			continue
+		}
+		if cur, ok := p.state(st.Table); !ok || cur.Mode != st.Mode || cur.Floor != st.Floor {
+			p.remember(st)
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	if flush != nil {
+		if err := flush(); err != nil {
+			return err
+		}
+	}
+	for _, st := range todo {
+		reason := st.Reason
+		if st.Mode == TableResyncRequested {
+			reason = "resync requested"
+			p.cfg.Logger.Info("resync requested: re-snapshotting the table", "source", p.cfg.Source, "table", st.Table.String())
+		} else {
+			p.cfg.Logger.Info("finishing an interrupted snapshot", "source", p.cfg.Source, "table", st.Table.String(), "reason", st.Reason)
+		}
+		p.remember(st)
+		if err := p.resnapshot(ctx, st.Table, reason); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hasUnknownTables reports whether the batch has changes of a table the
+// pipeline has not admitted yet.
+func (p *Pipeline) hasUnknownTables(b *Batch) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range b.Changes {
+		if _, ok := p.tables[b.Changes[i].Table.ID]; !ok {
+			return true
+		}
+	}
+	return false
+}
+
+// admitTables admits the batch's tables that the pipeline sees for the
+// first time.
+func (p *Pipeline) admitTables(ctx context.Context, b *Batch) error {
+	var seen map[TableID]bool
+	for i := range b.Changes {
+		id := b.Changes[i].Table.ID
+		if _, ok := p.state(id); ok || seen[id] {
+			continue
+		}
+		if seen == nil {
+			seen = map[TableID]bool{}
+		}
+		seen[id] = true
+		if err := p.admit(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// admit starts replicating a table the pipeline has not seen before. When
+// its target does not exist yet it is snapshotted first: it may hold rows
+// that the stream will never show (a table renamed into the include filter,
+// or newly included). A table whose target exists is streamed from here.
+func (p *Pipeline) admit(ctx context.Context, id TableID) error {
+	if p.reg == nil {
+		p.remember(TableState{Table: id, Mode: TableStreaming})
+		return nil
+	}
+	has, err := p.reg.HasTable(ctx, id)
+	if err != nil {
+		return fmt.Errorf("look up target of %s: %w", id, err)
+	}
+	if has {
+		return p.setState(ctx, TableState{Table: id, Mode: TableStreaming})
+	}
+	return p.resnapshot(ctx, id, "new table")
+}
+
+// filter removes the changes of tables that are not streaming and the
+// changes older than their table's last snapshot.
+func (p *Pipeline) filterBatch(b *Batch) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	kept := b.Changes[:0]
+	for _, c := range b.Changes {
+		if st, ok := p.tables[c.Table.ID]; ok && st.Skips(c.Version) {
+			p.skipped++
+			continue
+		}
+		kept = append(kept, c)
+	}
+	clear(b.Changes[len(kept):])
+	b.Changes = kept
+}
+
+// applyFiltered applies the batch without the changes of tables that are
+// not streaming. A *TableError from the sink quarantines that table, and the
+// rest of the batch is applied without it.
+func (p *Pipeline) applyFiltered(ctx context.Context, b *Batch) (ApplyStats, error) {
+	for {
+		p.filterBatch(b)
+		stats, err := p.sink.Apply(ctx, b)
+		var te *TableError
+		if err == nil || !errors.As(err, &te) || !batchHas(b, te.Table) {
+			return stats, err
+		}
+		if qerr := p.quarantine(ctx, te.Table, te.Err); qerr != nil {
+			return stats, errors.Join(err, qerr)
+		}
+	}
+}
+
+func batchHas(b *Batch, id TableID) bool {
+	for i := range b.Changes {
+		if b.Changes[i].Table.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// handleDDL applies a chunk's schema changes. DROP TABLE, TRUNCATE and
+// ALTER TABLE go to the sink (with the chunk's checkpoint when the chunk
+// holds nothing else: committed reports that); a refused or inapplicable one
+// quarantines its table. CREATE TABLE admits the table; an ALTER TABLE that
+// needs a backfill re-snapshots it.
+func (p *Pipeline) handleDDL(ctx context.Context, ch *Chunk) (committed bool, err error) {
+	var events []DDLEvent
+	var creates, backfills []TableID
+	for _, ev := range ch.DDL {
+		st, known := p.state(ev.Table)
+		if known && st.Skips(ev.Version) {
+			continue // quarantined, or older than the table's snapshot
+		}
+		switch ev.Op {
+		case DDLUndecodable:
+			if err := p.quarantine(ctx, ev.Table, &TableError{Table: ev.Table, Err: fmt.Errorf("%s: %w", ev.Reason, ErrUndecodable)}); err != nil {
+				return false, err
+			}
+		case DDLCreateTable:
+			creates = append(creates, ev.Table)
+		default:
+			if ev.Op == DDLAlterTable && ev.Backfill && p.cfg.Snapshot != nil && p.reg != nil {
+				// Recorded first, so that a crash after the ALTER's
+				// checkpoint commits still redoes the backfill.
+				st := TableState{Table: ev.Table, Mode: TableSnapshotting, Reason: "backfill after ALTER TABLE (existing rows got values the binlog does not carry)"}
+				if err := p.setState(ctx, st); err != nil {
+					return false, err
+				}
+				backfills = append(backfills, ev.Table)
+			}
+			events = append(events, ev)
+		}
+	}
+	if len(events) > 0 && p.ddl != nil {
+		var cp Position
+		if len(ch.Changes) == 0 && len(ch.Watermarks) == 0 {
+			cp = ch.Commit
+		}
+		for len(events) > 0 {
+			err := p.ddl.ApplyDDL(ctx, p.cfg.Source, events, cp)
+			var te *TableError
+			if err == nil {
+				committed = !cp.IsZero()
+				break
+			}
+			if !errors.As(err, &te) {
+				return false, fmt.Errorf("apply DDL of %s: %w", p.cfg.Source, err)
+			}
+			if err := p.quarantine(ctx, te.Table, te.Err); err != nil {
+				return false, err
+			}
+			kept := events[:0]
+			for _, ev := range events {
+				if ev.Table != te.Table {
+					kept = append(kept, ev)
+				}
+			}
+			if len(kept) == len(events) {
+				return false, fmt.Errorf("apply DDL of %s: %w", p.cfg.Source, err)
+			}
+			events = kept
+			if len(events) == 0 && !cp.IsZero() {
+				// Nothing left to apply: the checkpoint goes with the
+				// next batch.
+				break
+			}
+		}
+		for _, ev := range events {
+			if ev.Op == DDLDropTable {
+				p.mu.Lock()
+				delete(p.tables, ev.Table)
+				p.mu.Unlock()
+				p.cfg.Logger.Info("table dropped in the target", "source", p.cfg.Source, "table", ev.Table.String(), "reason", ev.Reason)
+			}
+		}
+	} else if len(events) > 0 {
+		p.cfg.Logger.Debug("the sink does not apply DDL; ignoring", "source", p.cfg.Source, "events", len(events))
+	}
+	for _, id := range backfills {
+		if st, _ := p.state(id); st.Mode == TableQuarantined {
+			continue
+		}
+		if err := p.resnapshot(ctx, id, "backfill after ALTER TABLE"); err != nil {
+			return committed, err
+		}
+	}
+	for _, id := range creates {
+		if _, ok := p.state(id); ok {
+			continue
+		}
+		if err := p.admit(ctx, id); err != nil {
+			return committed, err
+		}
+	}
+	return committed, nil
 }

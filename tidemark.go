@@ -16,6 +16,10 @@ type Chunk struct {
 	Commit Position
 	// Watermarks to record once this chunk is applied (catch-up reads).
 	Watermarks []Watermark
+	// DDL holds the schema changes of the chunk's transaction, which take
+	// effect before its Changes (see DDLEvent). A source puts them in the
+	// first chunk of the transaction.
+	DDL []DDLEvent
 }
 
 // Bytes returns the estimated size of the chunk's changes.

@@ -15,6 +15,17 @@
 //	watermarks(source text, database text, table_name text,
 //	           value timestamptz not null, updated_at timestamptz default now(),
 //	           primary key (source, database, table_name))
+//	tables(source text, database text, table_name text, state text not null,
+//	       reason text, floor_seq bigint not null default 0,
+//	       floor_idx integer not null default 0,
+//	       updated_at timestamptz not null default now(),
+//	       primary key (source, database, table_name))
+//
+// tables holds the replication state of each source table
+// (tidemark.TableState): streaming, quarantined (with the reason), resync
+// (requested by `tidemark resync`) or snapshotting, and the version of the
+// table's last snapshot (floor_seq, floor_idx). `tidemark resync` writes
+// state = 'resync'; everything else is written by the daemon.
 //
 // checkpoints.position holds tidemark.Position.String and is the value read
 // back; gtid, file and pos are the same position split out for people and
@@ -23,9 +34,11 @@ package checkpoint
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -59,9 +72,15 @@ type Store struct {
 	loadPosSQL, savePosSQL      string
 	loadWMSQL, saveWMSQL        string
 	checkpointsName, wmarksName string // "schema.table", for messages
+
+	loadStatesSQL, saveStateSQL, deleteStateSQL, deleteWMSQL string
+	tablesName                                               string
 }
 
-var _ tidemark.CheckpointStore = (*Store)(nil)
+var (
+	_ tidemark.CheckpointStore = (*Store)(nil)
+	_ tidemark.TableStateStore = (*Store)(nil)
+)
 
 // New validates cfg and returns a Store.
 func New(cfg Config) (*Store, error) {
@@ -75,10 +94,12 @@ func New(cfg Config) (*Store, error) {
 	qs := quoteIdent(schema)
 	cp := qs + ".checkpoints"
 	wm := qs + ".watermarks"
+	tb := qs + ".tables"
 	s := &Store{
 		schema:          schema,
 		checkpointsName: schema + ".checkpoints",
 		wmarksName:      schema + ".watermarks",
+		tablesName:      schema + ".tables",
 	}
 	// One string of several statements: executed without parameters it is
 	// sent as one simple-protocol query, which PostgreSQL runs as a single
@@ -101,7 +122,18 @@ CREATE TABLE IF NOT EXISTS %s (
 	value      timestamptz NOT NULL,
 	updated_at timestamptz DEFAULT now(),
 	PRIMARY KEY (source, database, table_name)
-)`, ddlLockKey, qs, cp, wm)
+);
+CREATE TABLE IF NOT EXISTS %s (
+	source     text,
+	database   text,
+	table_name text,
+	state      text NOT NULL CHECK (state IN ('streaming', 'quarantined', 'resync', 'snapshotting')),
+	reason     text,
+	floor_seq  bigint NOT NULL DEFAULT 0,
+	floor_idx  integer NOT NULL DEFAULT 0,
+	updated_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (source, database, table_name)
+)`, ddlLockKey, qs, cp, wm, tb)
 	s.loadPosSQL = `SELECT position FROM ` + cp + ` WHERE source = $1`
 	s.savePosSQL = `INSERT INTO ` + cp + ` AS c (source, position, gtid, file, pos, updated_at)
 VALUES ($1, $2, $3, $4, $5, now())
@@ -115,6 +147,17 @@ ON CONFLICT (source) DO UPDATE SET
 VALUES ($1, $2, $3, $4, now())
 ON CONFLICT (source, database, table_name) DO UPDATE SET
 	value = GREATEST(w.value, EXCLUDED.value), updated_at = now()`
+	// One row per source, so that it goes through Querier.QueryRow.
+	s.loadStatesSQL = `SELECT coalesce(json_agg(json_build_object('d', database, 't', table_name, 's', state, 'r', reason,
+	'fs', floor_seq::text, 'fi', floor_idx, 'u', updated_at) ORDER BY database, table_name), '[]')::text
+FROM ` + tb + ` WHERE source = $1`
+	s.saveStateSQL = `INSERT INTO ` + tb + ` AS t (source, database, table_name, state, reason, floor_seq, floor_idx, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, now())
+ON CONFLICT (source, database, table_name) DO UPDATE SET
+	state = EXCLUDED.state, reason = EXCLUDED.reason, floor_seq = EXCLUDED.floor_seq,
+	floor_idx = EXCLUDED.floor_idx, updated_at = now()`
+	s.deleteStateSQL = `DELETE FROM ` + tb + ` WHERE source = $1 AND database = $2 AND table_name = $3`
+	s.deleteWMSQL = `DELETE FROM ` + wm + ` WHERE source = $1 AND database = $2 AND table_name = $3`
 	return s, nil
 }
 
@@ -215,6 +258,81 @@ func (s *Store) SaveWatermark(ctx context.Context, q tidemark.Querier, source st
 	}
 	if err := q.Exec(ctx, s.saveWMSQL, source, w.Table.Database, w.Table.Name, w.Value.UTC()); err != nil {
 		return fmt.Errorf("save watermark of %s (source %q) to %s: %w", w.Table, source, s.wmarksName, err)
+	}
+	return nil
+}
+
+// LoadTableStates returns the table states recorded for source, ordered by
+// table.
+func (s *Store) LoadTableStates(ctx context.Context, q tidemark.Querier, source string) ([]tidemark.TableState, error) {
+	var text string
+	if err := q.QueryRow(ctx, s.loadStatesSQL, source).Scan(&text); err != nil {
+		return nil, fmt.Errorf("load table states of source %q from %s: %w", source, s.tablesName, err)
+	}
+	var rows []struct {
+		D, T, S string
+		R       *string
+		FS      string
+		FI      uint32
+		U       time.Time
+	}
+	if err := json.Unmarshal([]byte(text), &rows); err != nil {
+		return nil, fmt.Errorf("load table states of source %q from %s: %w", source, s.tablesName, err)
+	}
+	out := make([]tidemark.TableState, 0, len(rows))
+	for _, r := range rows {
+		seq, err := strconv.ParseUint(r.FS, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("load table state of %s.%s (source %q) from %s: floor_seq %q: %w", r.D, r.T, source, s.tablesName, r.FS, err)
+		}
+		st := tidemark.TableState{Table: tidemark.TableID{Database: r.D, Name: r.T}, Mode: tidemark.TableMode(r.S),
+			Floor: tidemark.Version{Seq: seq, Index: r.FI}, UpdatedAt: r.U.UTC()}
+		if r.R != nil {
+			st.Reason = *r.R
+		}
+		if !st.Mode.Valid() {
+			return nil, fmt.Errorf("load table state of %s (source %q) from %s: unknown state %q", st.Table, source, s.tablesName, r.S)
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// SaveTableState records a table's state, replacing what was there.
+func (s *Store) SaveTableState(ctx context.Context, q tidemark.Querier, source string, st tidemark.TableState) error {
+	if source == "" || st.Table.Database == "" || st.Table.Name == "" {
+		return fmt.Errorf("save state of %s (source %q) to %s: incomplete name", st.Table, source, s.tablesName)
+	}
+	if !st.Mode.Valid() {
+		return fmt.Errorf("save state of %s (source %q) to %s: unknown state %q", st.Table, source, s.tablesName, st.Mode)
+	}
+	if st.Floor.Seq > math.MaxInt64 || st.Floor.Index > math.MaxInt32 {
+		return fmt.Errorf("save state of %s (source %q) to %s: floor %s does not fit", st.Table, source, s.tablesName, st.Floor)
+	}
+	var reason any
+	if st.Reason != "" {
+		reason = st.Reason
+	}
+	if err := q.Exec(ctx, s.saveStateSQL, source, st.Table.Database, st.Table.Name, string(st.Mode), reason,
+		int64(st.Floor.Seq), int32(st.Floor.Index)); err != nil {
+		return fmt.Errorf("save state of %s (source %q) to %s: %w", st.Table, source, s.tablesName, err)
+	}
+	return nil
+}
+
+// DeleteTableState forgets a table's state.
+func (s *Store) DeleteTableState(ctx context.Context, q tidemark.Querier, source string, table tidemark.TableID) error {
+	if err := q.Exec(ctx, s.deleteStateSQL, source, table.Database, table.Name); err != nil {
+		return fmt.Errorf("delete state of %s (source %q) from %s: %w", table, source, s.tablesName, err)
+	}
+	return nil
+}
+
+// DeleteWatermark forgets a table's catch-up watermark: its next catch-up
+// is a full snapshot.
+func (s *Store) DeleteWatermark(ctx context.Context, q tidemark.Querier, source string, table tidemark.TableID) error {
+	if err := q.Exec(ctx, s.deleteWMSQL, source, table.Database, table.Name); err != nil {
+		return fmt.Errorf("delete watermark of %s (source %q) from %s: %w", table, source, s.wmarksName, err)
 	}
 	return nil
 }

@@ -254,3 +254,57 @@ func TestInitConcurrent(t *testing.T) {
 }
 
 func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+func TestTableStates(t *testing.T) {
+	st, conn, _ := newStore(t)
+	ctx := context.Background()
+	q := newQuerier(conn)
+	a := tidemark.TableID{Database: "shop", Name: "orders"}
+	b := tidemark.TableID{Database: "shop", Name: "order"} // a keyword
+	if got, err := st.LoadTableStates(ctx, q, "src"); err != nil || len(got) != 0 {
+		t.Fatalf("empty: %v %v", got, err)
+	}
+	big := tidemark.Version{Seq: 1<<62 + 7, Index: 3}
+	for _, s := range []tidemark.TableState{
+		{Table: a, Mode: tidemark.TableQuarantined, Reason: `column "v": int → smallint`},
+		{Table: b, Mode: tidemark.TableStreaming, Floor: big},
+		{Table: a, Mode: tidemark.TableResyncRequested}, // replaces
+	} {
+		if err := st.SaveTableState(ctx, q, "src", s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.SaveTableState(ctx, q, "other", tidemark.TableState{Table: a, Mode: tidemark.TableStreaming}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.LoadTableStates(ctx, q, "src")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Table != b || got[0].Floor != big || got[0].Mode != tidemark.TableStreaming ||
+		got[1].Table != a || got[1].Mode != tidemark.TableResyncRequested || got[1].Reason != "" || got[1].UpdatedAt.IsZero() {
+		t.Fatalf("states %+v", got)
+	}
+	if err := st.SaveTableState(ctx, q, "src", tidemark.TableState{Table: a, Mode: "paused"}); err == nil {
+		t.Error("an unknown mode was accepted")
+	}
+	if err := st.DeleteTableState(ctx, q, "src", a); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SaveWatermark(ctx, q, "src", tidemark.Watermark{Table: b, Value: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteWatermark(ctx, q, "src", b); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := st.LoadWatermark(ctx, q, "src", b); ok {
+		t.Error("watermark still there")
+	}
+	got, _ = st.LoadTableStates(ctx, q, "src")
+	if len(got) != 1 || got[0].Table != b {
+		t.Fatalf("after delete: %+v", got)
+	}
+	if got, _ := st.LoadTableStates(ctx, q, "other"); len(got) != 1 {
+		t.Fatalf("other source: %+v", got)
+	}
+}
