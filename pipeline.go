@@ -510,7 +510,6 @@ func (p *Pipeline) resnapshot(ctx context.Context, id TableID, reason string) er
 	return nil
 }
 
-
 // pendingSnapshots reads the recorded states again and performs what they
 // ask for: resyncs requested (tidemark resync) and snapshots a crash
 // interrupted. flush, when not nil, first applies the batch in hand.
