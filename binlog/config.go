@@ -73,6 +73,12 @@ type Config struct {
 	// BusinessKeys overrides the primary key per table ("db.table" →
 	// column names), e.g. a composite (order_id, line_item_id).
 	BusinessKeys map[string][]string
+	// ExcludeColumns removes columns per table ("db.table" pattern, in
+	// path.Match syntax like Include → column names), e.g. PII: the
+	// Tailer and the Reader drop them before anything else sees a row (the
+	// Reader does not even select them), so their values never leave this
+	// process. A key column cannot be excluded.
+	ExcludeColumns map[string][]string
 
 	// MaxChunkBytes bounds the estimated size of one chunk (default 4 MiB);
 	// a transaction larger than that is split into several chunks.
@@ -204,7 +210,47 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+	for k, cols := range c.ExcludeColumns {
+		if _, err := path.Match(k, "x.y"); err != nil || strings.Count(k, ".") != 1 {
+			bad("exclude_columns", "key %q must be db.table (path.Match syntax)", k)
+		}
+		if len(cols) == 0 {
+			bad("exclude_columns."+k, "needs at least one column")
+		}
+		for _, col := range cols {
+			if !tidemark.ValidIdentifier(col) {
+				bad("exclude_columns."+k, "invalid column %q", col)
+			}
+			for bk, keys := range c.BusinessKeys {
+				if m, _ := path.Match(k, bk); m {
+					for _, key := range keys {
+						if strings.EqualFold(key, col) {
+							bad("exclude_columns."+k, "column %q is in business_keys.%s: a key column cannot be excluded", col, bk)
+						}
+					}
+				}
+			}
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// excludedColumns returns the columns excluded from a table (lower case;
+// MySQL column names are case-insensitive), or nil.
+func (c *Config) excludedColumns(id tidemark.TableID) map[string]bool {
+	var out map[string]bool
+	for k, cols := range c.ExcludeColumns {
+		if m, _ := path.Match(k, id.String()); !m {
+			continue
+		}
+		if out == nil {
+			out = map[string]bool{}
+		}
+		for _, col := range cols {
+			out[strings.ToLower(col)] = true
+		}
+	}
+	return out
 }
 
 // included reports whether a table passes the include/exclude filter.

@@ -70,6 +70,11 @@ func (r *Reader) exec(ctx context.Context, q string, args ...any) (*mysql.Result
 // (GTID state, file and offset) and the source clock.
 func (r *Reader) Capture(ctx context.Context) (tidemark.Snapshot, error) {
 	var s tidemark.Snapshot
+	// A catch-up reads the tables as they are now: schemas cached by an
+	// earlier run may be from before an ALTER TABLE.
+	r.mu.Lock()
+	clear(r.tables)
+	r.mu.Unlock()
 	res, err := r.exec(ctx, "SHOW MASTER STATUS")
 	if err != nil {
 		return s, fmt.Errorf("capture position of %s: %w", r.t.cfg.Name, err)
@@ -182,8 +187,12 @@ func (r *Reader) table(ctx context.Context, id tidemark.TableID) (*readTable, er
 	delete(r.t.jsonCols, id) // re-read when the table is read again after DDL
 	tbl := &tidemark.Table{ID: id}
 	rt = &readTable{table: tbl}
+	excluded := r.t.cfg.excludedColumns(id)
 	for i := 0; i < res.RowNumber(); i++ {
 		name, _ := res.GetString(i, 0)
+		if excluded[strings.ToLower(name)] {
+			continue // never selected: the value does not leave the source
+		}
 		dataType, _ := res.GetString(i, 1)
 		colType, _ := res.GetString(i, 2)
 		nullable, _ := res.GetString(i, 3)
@@ -274,7 +283,11 @@ func (r *Reader) table(ctx context.Context, id tidemark.TableID) (*readTable, er
 		}
 		for i := 0; i < kr.RowNumber(); i++ {
 			n, _ := kr.GetString(i, 0)
-			tbl.Key = append(tbl.Key, tbl.ColumnIndex(n))
+			k := tbl.ColumnIndex(n)
+			if k < 0 {
+				return nil, fmt.Errorf("read schema of %s: exclude_columns: %s is a key column and cannot be excluded", id, n)
+			}
+			tbl.Key = append(tbl.Key, k)
 		}
 		if len(tbl.Key) == 0 {
 			return nil, fmt.Errorf("read schema of %s: table has no primary key (configure business_keys for it)", id)

@@ -16,8 +16,17 @@ import (
 type tableInfo struct {
 	table *tidemark.Table
 	conv  []converter
-	// skip is true for tables outside the include filter.
+	// keep holds the row-image positions of table.Columns when columns are
+	// excluded (exclude_columns); nil means every position, in order.
+	keep []int
+	// skip is true for tables outside the include filter and for tables
+	// whose rows cannot be decoded (err set).
 	skip bool
+	// err says why the rows of an included table cannot be decoded; the
+	// table is reported once (DDLUndecodable) and quarantined.
+	err      error
+	id       tidemark.TableID
+	reported bool
 }
 
 const collationBinary = 63
@@ -89,10 +98,42 @@ func (t *Tailer) buildTable(tm *replication.TableMapEvent, jsonCols map[string]b
 	enums := tm.EnumStrValueMap()
 	sets := tm.SetStrValueMap()
 
-	tbl := &tidemark.Table{ID: id, Columns: make([]tidemark.Column, n)}
-	info := &tableInfo{table: tbl, conv: make([]converter, n)}
+	tbl := &tidemark.Table{ID: id, Columns: make([]tidemark.Column, 0, n)}
+	info := &tableInfo{table: tbl, conv: make([]converter, 0, n), id: id}
+	excluded := t.cfg.excludedColumns(id)
+	// Key positions in the row image (before exclusion).
+	var imageKey []int
+	keyNames := map[string]bool{}
+	if cols, ok := t.cfg.BusinessKeys[id.String()]; ok {
+		for _, c := range cols {
+			keyNames[strings.ToLower(c)] = true
+		}
+	} else {
+		for _, k := range tm.PrimaryKey {
+			if int(k) >= n {
+				return nil, fmt.Errorf("decode table map of %s: primary key column index %d out of range", id, k)
+			}
+			imageKey = append(imageKey, int(k))
+			keyNames[strings.ToLower(names[k])] = true
+		}
+	}
 	for i := 0; i < n; i++ {
 		name := names[i]
+		if excluded[strings.ToLower(name)] {
+			if keyNames[strings.ToLower(name)] {
+				return nil, fmt.Errorf("decode table map of %s: exclude_columns: %s is a key column and cannot be excluded", id, name)
+			}
+			if info.keep == nil {
+				info.keep = make([]int, 0, n)
+				for j := 0; j < i; j++ {
+					info.keep = append(info.keep, j)
+				}
+			}
+			continue
+		}
+		if info.keep != nil {
+			info.keep = append(info.keep, i)
+		}
 		if err := tidemark.CheckIdentifier("column of "+id.String(), name); err != nil {
 			return nil, fmt.Errorf("decode table map of %s: %w", id, err)
 		}
@@ -161,8 +202,8 @@ func (t *Tailer) buildTable(tm *replication.TableMapEvent, jsonCols map[string]b
 		default:
 			return nil, fmt.Errorf("decode table map of %s: column %s: unsupported MySQL type %d", id, name, typ)
 		}
-		tbl.Columns[i] = col
-		info.conv[i] = conv
+		tbl.Columns = append(tbl.Columns, col)
+		info.conv = append(info.conv, conv)
 	}
 	// Business key: configured, else the primary key from the metadata.
 	if cols, ok := t.cfg.BusinessKeys[id.String()]; ok {
@@ -174,11 +215,8 @@ func (t *Tailer) buildTable(tm *replication.TableMapEvent, jsonCols map[string]b
 			tbl.Key = append(tbl.Key, k)
 		}
 	} else {
-		for _, k := range tm.PrimaryKey {
-			if int(k) >= n {
-				return nil, fmt.Errorf("decode table map of %s: primary key column index %d out of range", id, k)
-			}
-			tbl.Key = append(tbl.Key, int(k))
+		for _, k := range imageKey {
+			tbl.Key = append(tbl.Key, tbl.ColumnIndex(names[k]))
 		}
 		if len(tbl.Key) == 0 {
 			return nil, fmt.Errorf("decode table map of %s: table has no primary key in the binlog metadata (needs binlog_row_metadata=FULL and a primary key, or configure business_keys for it)", id)

@@ -237,7 +237,13 @@ func (t *Tailer) tableFor(ctx context.Context, tm *replication.TableMapEvent) (*
 	}
 	ti, err := t.buildTable(tm, jc)
 	if err != nil {
-		return nil, err
+		if errors.Is(err, tidemark.ErrSourceConfig) {
+			return nil, err // the server's settings: every table is affected
+		}
+		// This table only: its rows are skipped and it is reported
+		// (DDLUndecodable) so that the pipeline quarantines it.
+		t.cfg.Logger.Error("cannot decode the rows of a table; it will be quarantined", "source", t.cfg.Name, "table", id.String(), "err", err)
+		ti = &tableInfo{skip: true, err: err, id: id}
 	}
 	if len(t.tables) > 4096 {
 		clear(t.tables)
@@ -256,6 +262,7 @@ type txState struct {
 	index      uint32
 	commitTime time.Time
 	changes    []tidemark.Change
+	ddl        []tidemark.DDLEvent // sent with the transaction's next chunk
 	bytes      int
 	sent       bool // part of it was already sent in a chunk
 }
@@ -340,11 +347,11 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 		}
 	}
 	flush := func() error {
-		if len(tx.changes) == 0 {
+		if len(tx.changes) == 0 && len(tx.ddl) == 0 {
 			return nil
 		}
-		ch := tidemark.Chunk{Changes: tx.changes}
-		tx.changes, tx.bytes, tx.sent = nil, 0, true
+		ch := tidemark.Chunk{Changes: tx.changes, DDL: tx.ddl}
+		tx.changes, tx.ddl, tx.bytes, tx.sent = nil, nil, 0, true
 		return send(ch)
 	}
 	commit := func(h *replication.EventHeader) error {
@@ -355,7 +362,7 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 		if gset != nil {
 			np.GTID = gset.String()
 		}
-		ch := tidemark.Chunk{Changes: tx.changes, Commit: np}
+		ch := tidemark.Chunk{Changes: tx.changes, Commit: np, DDL: tx.ddl}
 		t.stats.Transactions.Add(1)
 		t.stats.Changes.Add(uint64(len(tx.changes)))
 		tx = txState{}
@@ -407,9 +414,14 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 			case strings.EqualFold(q, "COMMIT") || !tx.active:
 				// COMMIT of a non-transactional group, or a standalone
 				// statement (DDL) that is its own transaction.
+				t.addDDL(&tx, string(e.Schema), q, h)
 				if err := commit(h); err != nil {
 					return progressed, nil
 				}
+			default:
+				// A statement inside a transaction: CREATE TABLE …
+				// SELECT logs its CREATE with the rows.
+				t.addDDL(&tx, string(e.Schema), q, h)
 			}
 		case *replication.XIDEvent:
 			if err := commit(h); err != nil {
@@ -424,6 +436,22 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 			}
 		}
 	}
+}
+
+// addDDL records the schema changes of a statement of the current
+// transaction (see ddl.go). The caches of a changed table are dropped.
+func (t *Tailer) addDDL(tx *txState, db, query string, h *replication.EventHeader) {
+	if tx.seq == 0 && !tx.hasGTID {
+		tx.seq = t.seqOf(0, "", h)
+	}
+	evs := parseDDL(db, query, tidemark.Version{Seq: tx.seq}, func(id tidemark.TableID) bool {
+		return t.cfg.included(id.Database, id.Name)
+	})
+	for _, ev := range evs {
+		delete(t.jsonCols, ev.Table)
+		t.cfg.Logger.Info("schema change", "source", t.cfg.Name, "event", ev.String(), "version", ev.Version.String())
+	}
+	tx.ddl = append(tx.ddl, evs...)
 }
 
 // seqOf returns the Version.Seq of a transaction starting with header h.
@@ -446,6 +474,10 @@ func (t *Tailer) addRows(ctx context.Context, tx *txState, e *replication.RowsEv
 	if err != nil {
 		return err
 	}
+	if ti.err != nil && !ti.reported {
+		ti.reported = true
+		tx.ddl = append(tx.ddl, tidemark.DDLEvent{Op: tidemark.DDLUndecodable, Table: ti.id, Version: tidemark.Version{Seq: tx.seq}, Reason: ti.err.Error()})
+	}
 	if ti.skip {
 		return nil
 	}
@@ -456,6 +488,18 @@ func (t *Tailer) addRows(ctx context.Context, tx *txState, e *replication.RowsEv
 		tx.commitTime = time.Unix(int64(h.Timestamp), 0).UTC()
 	}
 	convert := func(raw []any) ([]any, int, error) {
+		if ti.keep != nil {
+			// Excluded columns are dropped before conversion: their
+			// values go no further than go-mysql's decoded event.
+			if len(raw) < len(ti.keep) || len(raw) <= ti.keep[len(ti.keep)-1] {
+				return nil, 0, fmt.Errorf("decode row of %s: %d values for a table with excluded columns", ti.table.ID, len(raw))
+			}
+			kept := make([]any, len(ti.keep))
+			for j, i := range ti.keep {
+				kept[j] = raw[i]
+			}
+			raw = kept
+		}
 		if len(raw) != len(ti.conv) {
 			return nil, 0, fmt.Errorf("decode row of %s: %d values for %d columns", ti.table.ID, len(raw), len(ti.conv))
 		}
