@@ -58,17 +58,14 @@ func (s *Sink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStat
 		}
 		return st, nil
 	}
+	// Create or evolve the target tables (schema changes: ddl.go), each in
+	// its own transaction, in batch order. A new schema that cannot be
+	// followed is a *tidemark.TableError: the pipeline quarantines the
+	// table.
 	for _, g := range p.groups {
-		if s.isEnsured(g.key) {
-			continue
-		}
-		err := tidemark.Retry(ctx, "prepare table "+g.def.display, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
-			return redact(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return g.def.ensure(ctx, tx) }), s.secret)
-		})
-		if err != nil {
+		if err := s.ensure(ctx, g.def, g.key); err != nil {
 			return tidemark.ApplyStats{}, fmt.Errorf("%s: %w", what, redact(err, s.secret))
 		}
-		s.markEnsured(g.key)
 	}
 	var stats tidemark.ApplyStats
 	err = tidemark.Retry(ctx, what, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {

@@ -47,6 +47,9 @@ type Config struct {
 	// MaxConns caps the connection pool. Default: pgx's (the larger of 4
 	// and the number of CPUs).
 	MaxConns int
+	// Schema says how the source's schema changes are followed (see
+	// SchemaPolicy and docs/schema-changes.md).
+	Schema SchemaPolicy
 }
 
 func (c Config) withDefaults() Config {
@@ -56,6 +59,7 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.Schema = c.Schema.withDefaults()
 	return c
 }
 
@@ -84,5 +88,5 @@ func (c Config) validate() error {
 	if c.Retry.Attempts < 0 {
 		return fmt.Errorf("postgres sink config: retry.attempts: must not be negative, got %d", c.Retry.Attempts)
 	}
-	return nil
+	return c.Schema.validate()
 }

@@ -61,7 +61,6 @@ type tableDef struct {
 	keyGoneSQL     string // soft only: op 'k'
 	deleteSQL      string // hard only: ops 'd' and 'k'
 	copyColumns    []string
-	wantColumns    []string // every column the target table must have
 }
 
 // newTableDef validates t and builds its definition.
@@ -156,15 +155,6 @@ func (d *tableDef) buildSQL() {
 	fmt.Fprintf(&b, "\tPRIMARY KEY (%s)\n)", strings.Join(keys, ", "))
 	d.createTableSQL = b.String()
 
-	d.wantColumns = make([]string, 0, len(t.Columns)+6)
-	for i := range t.Columns {
-		d.wantColumns = append(d.wantColumns, t.Columns[i].Name)
-	}
-	d.wantColumns = append(d.wantColumns, colSeq, colIdx, colCommitTime, colLoadedAt)
-	if d.soft {
-		d.wantColumns = append(d.wantColumns, colDeleted, colDeletedAt)
-	}
-
 	// Staging table: a session temp table, emptied at every commit. Same
 	// types as the target so COPY reports a bad value with its column.
 	b.Reset()
@@ -246,50 +236,25 @@ func (d *tableDef) buildSQL() {
 	}
 }
 
-// ensure creates the target schema and table if they are missing and checks
-// that an existing table has every column the sink writes. It runs in its
-// own short transaction before the batch's: an empty table left behind by a
-// batch that then fails is harmless.
-func (d *tableDef) ensure(ctx context.Context, tx pgx.Tx) error {
-	var exists bool
-	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", d.qname).Scan(&exists); err != nil {
-		return d.wrap("look up table", err)
+// create creates the target schema (if missing) and table, in tx, which
+// holds the DDL lock (CREATE SCHEMA/TABLE IF NOT EXISTS race into unique
+// violations between sessions). It runs in its own short transaction before
+// the batch's: an empty table left behind by a batch that then fails is
+// harmless.
+func (d *tableDef) create(ctx context.Context, tx pgx.Tx) error {
+	// Check before CREATE ... IF NOT EXISTS: those need the CREATE
+	// privilege even when the object exists.
+	var schemaExists bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", d.schema).Scan(&schemaExists); err != nil {
+		return d.wrap("look up schema of table", err)
 	}
-	if !exists {
-		// Check before CREATE ... IF NOT EXISTS: those need the CREATE
-		// privilege even when the object exists.
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", ddlLockKey); err != nil {
-			return d.wrap("lock for DDL on table", err)
-		}
-		var schemaExists bool
-		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", d.schema).Scan(&schemaExists); err != nil {
-			return d.wrap("look up schema of table", err)
-		}
-		if !schemaExists {
-			if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quoteIdent(d.schema)); err != nil {
-				return d.wrap("create schema of table", err)
-			}
-		}
-		if _, err := tx.Exec(ctx, d.createTableSQL); err != nil {
-			return d.wrap("create table", err)
+	if !schemaExists {
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quoteIdent(d.schema)); err != nil {
+			return d.wrap("create schema of table", err)
 		}
 	}
-	rows, err := tx.Query(ctx, "SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped", d.qname)
-	if err != nil {
-		return d.wrap("read columns of table", err)
-	}
-	have, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return d.wrap("read columns of table", err)
-	}
-	haveSet := make(map[string]bool, len(have))
-	for _, c := range have {
-		haveSet[c] = true
-	}
-	for _, c := range d.wantColumns {
-		if !haveSet[c] {
-			return fmt.Errorf("check table %s: target table has no column %q (source table %s); add it with ALTER TABLE: schema evolution is not automatic yet", d.display, c, d.id)
-		}
+	if _, err := tx.Exec(ctx, d.createTableSQL); err != nil {
+		return d.wrap("create table", err)
 	}
 	return nil
 }
