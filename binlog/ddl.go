@@ -293,9 +293,10 @@ func parseDDL(db, query string, version tidemark.Version, keep func(tidemark.Tab
 			emit(tidemark.DDLEvent{Op: tidemark.DDLCreateTable, Table: *renamed, Reason: "renamed from " + id.String()})
 			break
 		}
-		if len(ev.Renames) > 0 || len(ev.Dropped) > 0 || len(ev.Added) > 0 || ev.Backfill {
-			emit(ev)
-		}
+		// Every ALTER is reported, also one that only changes types: it
+		// is a batch boundary, so a batch never mixes a table's rows of
+		// before and after it.
+		emit(ev)
 	}
 	return out
 }

@@ -651,6 +651,10 @@ func (s *Sink) alterEvent(ctx context.Context, tx pgx.Tx, qname string, ev tidem
 	}
 	q := quoteIdent
 	a := t.align
+	var before []byte
+	if a != nil {
+		before, _ = json.Marshal(a)
+	}
 	exec := func(stmt string) error {
 		s.log.Info("following a schema change of the source", "table", qname, "source_table", ev.Table.String(), "ddl", stmt)
 		if _, err := tx.Exec(ctx, stmt); err != nil {
@@ -732,6 +736,9 @@ func (s *Sink) alterEvent(ctx context.Context, tx pgx.Tx, qname string, ev tidem
 	}
 	if a != nil {
 		slices.Sort(a.Kept)
+		if after, _ := json.Marshal(a); string(after) == string(before) {
+			return nil
+		}
 		if err := setAlignment(ctx, tx, qname, a); err != nil {
 			return fmt.Errorf("record the schema of %s: %w", qname, err)
 		}
