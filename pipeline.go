@@ -427,10 +427,10 @@ func (p *Pipeline) loadStates(ctx context.Context) error {
 	p.reg = reg
 	p.mu.Lock()
 	clear(p.tables)
-	for _, st := range states {
-		p.tables[st.Table] = st
-	}
 	p.mu.Unlock()
+	for _, st := range states {
+		p.remember(st)
+	}
 	for _, st := range states {
 		if st.Mode == TableQuarantined {
 			p.cfg.Logger.Error("table is quarantined: its changes are skipped until it is resynced (tidemark resync --table "+st.Table.String()+")",

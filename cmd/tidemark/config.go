@@ -115,6 +115,8 @@ type SourceConfig struct {
 	StartPosition string                `yaml:"start_position"`
 	Heartbeat     time.Duration         `yaml:"heartbeat"`
 	ReadTimeout   time.Duration         `yaml:"read_timeout"`
+	// ExcludeColumns removes columns per "db.table" pattern (PII).
+	ExcludeColumns map[string][]string `yaml:"exclude_columns"`
 }
 
 // ZoneConfig is a time-zone override.
@@ -138,6 +140,10 @@ type PostgresConfig struct {
 	ControlSchema string `yaml:"control_schema"`
 	DeleteMode    string `yaml:"delete_mode"`
 	MaxConns      int    `yaml:"max_conns"`
+	// DropColumns and DDL: how schema changes are followed (resync.go,
+	// docs/schema-changes.md).
+	DropColumns string    `yaml:"drop_columns"`
+	DDL         DDLConfig `yaml:"ddl"`
 }
 
 // BatchConfig bounds batches.
@@ -334,6 +340,11 @@ func (c *Config) Validate() error {
 	} else if c.Target.Postgres.DSN == "" {
 		errs = append(errs, errors.New("config: target.postgres.dsn: required"))
 	}
+	if c.Target.Postgres != nil {
+		if err := c.PostgresSinkConfig().Schema.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("config: target.postgres.%w", err))
+		}
+	}
 	if c.Batch.MaxChanges < 0 {
 		errs = append(errs, errors.New("config: batch.max_changes: must be ≥ 0"))
 	}
@@ -422,7 +433,7 @@ func (c *Config) BinlogConfig() (binlog.Config, error) {
 	bc := binlog.Config{
 		Name: s.Name, Flavor: s.Flavor, Addr: s.Addr, User: s.User, Password: s.Password,
 		ServerID: s.ServerID, Version: s.Version, Zone: zone, ZoneOverrides: overrides,
-		ZeroDates: s.ZeroDates, Include: s.Include, Exclude: s.Exclude, BusinessKeys: s.BusinessKeys,
+		ZeroDates: s.ZeroDates, Include: s.Include, Exclude: s.Exclude, BusinessKeys: s.BusinessKeys, ExcludeColumns: s.ExcludeColumns,
 		Heartbeat: s.Heartbeat, ReadTimeout: s.ReadTimeout,
 	}
 	if err := bc.Validate(); err != nil {
@@ -435,5 +446,6 @@ func (c *Config) BinlogConfig() (binlog.Config, error) {
 // filled in by the caller).
 func (c *Config) PostgresSinkConfig() postgres.Config {
 	p := c.Target.Postgres
-	return postgres.Config{DSN: p.DSN, TargetSchema: p.Schema, DeleteMode: postgres.DeleteMode(p.DeleteMode), MaxConns: p.MaxConns}
+	return postgres.Config{DSN: p.DSN, TargetSchema: p.Schema, DeleteMode: postgres.DeleteMode(p.DeleteMode), MaxConns: p.MaxConns,
+		Schema: postgres.SchemaPolicy{DropColumns: p.DropColumns, DropTable: p.DDL.DropTable, Truncate: p.DDL.Truncate}}
 }

@@ -7,6 +7,7 @@
 //	tidemark run --config tidemark.yaml   replicate until SIGINT/SIGTERM
 //	tidemark checkpoint --config F        print the stored checkpoint
 //	tidemark catchup --config F [--table] catch up with bounded reads
+//	tidemark resync --config F --table T  re-snapshot a (quarantined) table
 //	tidemark verify --config F            compare source and target in-database
 //	tidemark status --config F            positions, retention headroom, lag
 //	tidemark demo                         run the demo on the local services
@@ -75,6 +76,9 @@ commands:
   catchup --config FILE [--table db.t]...
                              catch up with bounded reads (all tables: moves the checkpoint;
                              run it while the daemon is stopped)
+  resync --config FILE --table db.t [--wait 30m]
+                             re-snapshot a table (e.g. a quarantined one) and stream it again;
+                             asks the running daemon, or does it itself when none runs
   verify --config FILE [--table db.t]... [--since 24h] [--json]
                              compare source and target; exit 0 equal, 1 different, 2 error
   status --config FILE [--json]
@@ -100,6 +104,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdCheckpoint(ctx, args[1:], stdout, stderr)
 	case "catchup":
 		return cmdCatchup(ctx, args[1:], stdout, stderr)
+	case "resync":
+		return cmdResync(ctx, args[1:], stdout, stderr)
 	case "verify":
 		return cmdVerify(ctx, args[1:], stdout, stderr, func(c *Config) VerifyConfig { return c.Verify })
 	case "status":
@@ -179,6 +185,8 @@ type daemon struct {
 	// afterCatchUp, if set, runs after every automatic catch-up (the
 	// post-load assertion and metrics).
 	afterCatchUp func(ctx context.Context, since time.Time, rowsByTable map[string]int64) error
+	// onTableState, if set, receives table state changes (metrics).
+	onTableState func(tidemark.TableState)
 }
 
 // wire builds the components from a validated config.
@@ -237,7 +245,7 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 		if err != nil {
 			return tidemark.Position{}, err
 		}
-		rep, err := catchUp.RunReport(ctx, nil)
+		rep, err := catchUpStreaming(ctx, catchUp, reader, sink, bc.Name, fc.Logger)
 		if err != nil {
 			return rep.Snapshot.Position, err
 		}
@@ -255,6 +263,12 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 	pc2 := tidemark.PipelineConfig{
 		Source: bc.Name, MaxBatchChanges: cfg.Batch.MaxChanges, MaxBatchBytes: cfg.Batch.MaxBytes,
 		MaxDelay: cfg.Batch.MaxDelay, Logger: log.With("component", "pipeline"), OnApply: onApply,
+		Snapshot: snapshotTables(catchUp, reader, sink, nil),
+		OnTableState: func(st tidemark.TableState) {
+			if d.onTableState != nil {
+				d.onTableState(st)
+			}
+		},
 	}
 	if cfg.FallbackOn() {
 		pc2.CatchUp = runCatchUp
@@ -342,6 +356,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	defer src.Close()
 	as := NewAsserter(d.sink, cfg.Verify, log.With("component", "assert"), m)
+	d.onTableState = tableStateMetric(m)
 	d.afterCatchUp = func(ctx context.Context, since time.Time, rows map[string]int64) error {
 		m.FallbackRun(rows)
 		return as.AfterLoad(ctx, since)

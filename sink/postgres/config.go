@@ -88,5 +88,8 @@ func (c Config) validate() error {
 	if c.Retry.Attempts < 0 {
 		return fmt.Errorf("postgres sink config: retry.attempts: must not be negative, got %d", c.Retry.Attempts)
 	}
-	return c.Schema.validate()
+	if err := c.Schema.Validate(); err != nil {
+		return fmt.Errorf("postgres sink config: %w", err)
+	}
+	return nil
 }

@@ -76,16 +76,19 @@ func (p SchemaPolicy) withDefaults() SchemaPolicy {
 	return p
 }
 
-func (p SchemaPolicy) validate() error {
+// Validate checks the policy (empty fields take their defaults). Errors
+// name the field: drop_columns, ddl.drop_table, ddl.truncate.
+func (p SchemaPolicy) Validate() error {
+	p = p.withDefaults()
 	var errs []error
 	if p.DropColumns != KeepColumns && p.DropColumns != DropColumns {
-		errs = append(errs, fmt.Errorf("postgres sink config: drop_columns: must be %q or %q, got %q", KeepColumns, DropColumns, p.DropColumns))
+		errs = append(errs, fmt.Errorf("drop_columns: must be %q or %q, got %q", KeepColumns, DropColumns, p.DropColumns))
 	}
 	if p.DropTable != ApplyDDL && p.DropTable != RefuseDDL {
-		errs = append(errs, fmt.Errorf("postgres sink config: ddl.drop_table: must be %q or %q, got %q", ApplyDDL, RefuseDDL, p.DropTable))
+		errs = append(errs, fmt.Errorf("ddl.drop_table: must be %q or %q, got %q", ApplyDDL, RefuseDDL, p.DropTable))
 	}
 	if p.Truncate != ApplyDDL && p.Truncate != RefuseDDL {
-		errs = append(errs, fmt.Errorf("postgres sink config: ddl.truncate: must be %q or %q, got %q", ApplyDDL, RefuseDDL, p.Truncate))
+		errs = append(errs, fmt.Errorf("ddl.truncate: must be %q or %q, got %q", ApplyDDL, RefuseDDL, p.Truncate))
 	}
 	return errors.Join(errs...)
 }

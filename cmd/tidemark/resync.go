@@ -1,0 +1,269 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"tidemark"
+	"tidemark/binlog"
+	"tidemark/fallback"
+	"tidemark/sink/postgres"
+)
+
+// DDLConfig is target.postgres.ddl: what the source's DROP TABLE and
+// TRUNCATE do to the target ("apply" or "refuse"; refuse quarantines the
+// table). Defaults: drop_table refuse, truncate apply.
+type DDLConfig struct {
+	DropTable string `yaml:"drop_table"`
+	Truncate  string `yaml:"truncate"`
+}
+
+// snapshotTables is the pipeline's tidemark.SnapshotFunc: the fallback
+// catch-up of just those tables (it does not move the checkpoint), stamping
+// rows with the captured version. A table that has no rows gets its empty
+// target table; a table that no longer exists in the source has nothing to
+// snapshot (its target was dropped by the caller). report, if set, receives
+// each run's report.
+func snapshotTables(c *fallback.CatchUp, r *binlog.Reader, s *postgres.Sink, report func(fallback.Report)) tidemark.SnapshotFunc {
+	return func(ctx context.Context, tables []tidemark.TableID) (tidemark.Version, error) {
+		present, err := r.Tables(ctx)
+		if err != nil {
+			return tidemark.Version{}, err
+		}
+		var only []tidemark.TableID
+		for _, id := range tables {
+			for _, p := range present {
+				if p == id {
+					only = append(only, id)
+					break
+				}
+			}
+		}
+		if len(only) == 0 {
+			snap, err := r.Capture(ctx)
+			return snap.Version, err
+		}
+		rep, err := c.RunReport(ctx, only)
+		if report != nil {
+			report(rep)
+		}
+		if err != nil {
+			return tidemark.Version{}, err
+		}
+		for _, tr := range rep.Tables {
+			if tr.Rows > 0 {
+				continue
+			}
+			t, err := r.Table(ctx, tr.Table)
+			if err != nil {
+				return tidemark.Version{}, err
+			}
+			if err := s.EnsureTable(ctx, t); err != nil {
+				return tidemark.Version{}, err
+			}
+		}
+		return rep.Snapshot.Version, nil
+	}
+}
+
+// catchUpStreaming is the automatic catch-up (first start, purged
+// position) without the tables that are not streaming: a quarantined
+// table's changes are skipped until it is resynced, and reading it could
+// only fail on the schema change that quarantined it. It stores the
+// captured position as the checkpoint, like a catch-up of every table.
+func catchUpStreaming(ctx context.Context, c *fallback.CatchUp, r *binlog.Reader, s *postgres.Sink, source string, log *slog.Logger) (fallback.Report, error) {
+	states, err := s.TableStates(ctx, source)
+	if err != nil {
+		return fallback.Report{}, err
+	}
+	skip := map[tidemark.TableID]bool{}
+	for _, st := range states {
+		if st.Mode != tidemark.TableStreaming {
+			skip[st.Table] = true
+			log.Warn("catch-up leaves out a table that is not streaming", "table", st.Table.String(), "state", string(st.Mode), "reason", st.Reason)
+		}
+	}
+	if len(skip) == 0 {
+		return c.RunReport(ctx, nil)
+	}
+	all, err := r.Tables(ctx)
+	if err != nil {
+		return fallback.Report{}, err
+	}
+	var only []tidemark.TableID
+	for _, id := range all {
+		if !skip[id] {
+			only = append(only, id)
+		}
+	}
+	var rep fallback.Report
+	if len(only) == 0 {
+		if rep.Snapshot, err = r.Capture(ctx); err != nil {
+			return rep, err
+		}
+	} else if rep, err = c.RunReport(ctx, only); err != nil {
+		return rep, err
+	}
+	// RunReport with a table list leaves the checkpoint alone.
+	if _, err := s.Apply(ctx, &tidemark.Batch{Source: source, Checkpoint: rep.Snapshot.Position}); err != nil {
+		return rep, fmt.Errorf("catch up %s: store checkpoint %s: %w", source, rep.Snapshot.Position, err)
+	}
+	return rep, nil
+}
+
+// tableStateMetric registers tidemark_table_state{table, state} (1 for the
+// table's current state, 0 for the others) and returns the pipeline's
+// OnTableState callback that keeps it current.
+func tableStateMetric(m *Metrics) func(tidemark.TableState) {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tidemark_table_state",
+		Help: "Replication state of each table: 1 for its current state (streaming, quarantined, resync, snapshotting), 0 for the others. Alert on state=\"quarantined\"."},
+		[]string{"table", "state"})
+	m.Registry().MustRegister(g)
+	modes := []tidemark.TableMode{tidemark.TableStreaming, tidemark.TableQuarantined, tidemark.TableResyncRequested, tidemark.TableSnapshotting}
+	return func(st tidemark.TableState) {
+		for _, mode := range modes {
+			v := 0.0
+			if mode == st.Mode {
+				v = 1
+			}
+			g.WithLabelValues(st.Table.String(), string(mode)).Set(v)
+		}
+	}
+}
+
+// cmdResync re-snapshots tables and resumes streaming them: the way back
+// from quarantine (and a repair for any table). When no daemon is running
+// for the source (its lock is free) it does the work itself; otherwise it
+// asks the running daemon (state 'resync' in the tables control table) and
+// waits for it to finish.
+func cmdResync(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var tables stringList
+	var wait time.Duration
+	cfg, _, err := loadConfigFlagWith("resync", args, stderr, func(fs *flagSet) {
+		fs.Var(&tables, "table", "db.table to re-snapshot (repeatable, required)")
+		fs.DurationVar(&wait, "wait", 30*time.Minute, "with a daemon running: how long to wait for it to finish (0: request and return)")
+	})
+	if err != nil {
+		fmt.Fprintln(stderr, "tidemark:", err)
+		return exitUsage
+	}
+	if len(tables) == 0 {
+		fmt.Fprintln(stderr, "tidemark resync: --table db.table is required")
+		return exitUsage
+	}
+	var ids []tidemark.TableID
+	for _, t := range tables {
+		db, name, ok := strings.Cut(t, ".")
+		if !ok || strings.Contains(name, ".") || !tidemark.ValidIdentifier(db) || !tidemark.ValidIdentifier(name) {
+			fmt.Fprintf(stderr, "tidemark resync: --table %q: want db.table\n", t)
+			return exitUsage
+		}
+		ids = append(ids, tidemark.TableID{Database: db, Name: name})
+	}
+	log := newLogger(cfg.Log, stderr)
+	d, err := wire(ctx, cfg, log, nil)
+	if err != nil {
+		log.Error("start failed", "err", err)
+		return exitFailed
+	}
+	defer d.Close()
+	source := cfg.Source.Name
+	present, err := d.reader.Tables(ctx)
+	if err != nil {
+		log.Error("list source tables failed", "err", err)
+		return exitFailed
+	}
+	for _, id := range ids {
+		found := false
+		for _, p := range present {
+			found = found || p == id
+		}
+		if !found {
+			fmt.Fprintf(stderr, "tidemark resync: %s: no such table in source %s, or not replicated (include/exclude)\n", id, source)
+			return exitUsage
+		}
+	}
+
+	release, free, err := d.sink.TryLockSource(ctx, source)
+	if err != nil {
+		log.Error("resync failed", "err", err)
+		return exitFailed
+	}
+	if free {
+		// No daemon: resync here, holding the source's lock (a daemon
+		// starting meanwhile waits for it).
+		defer release()
+		snap := snapshotTables(d.catchUp, d.reader, d.sink, func(rep fallback.Report) { printCatchupReport(stdout, rep) })
+		for _, id := range ids {
+			st, err := tidemark.Resnapshot(ctx, d.sink, source, id, snap, "resync requested")
+			if err != nil {
+				log.Error("resync failed; the table stays out of streaming until a resync succeeds", "table", id.String(), "err", err)
+				return exitFailed
+			}
+			fmt.Fprintf(stdout, "%s: resynced; the daemon streams it from version %s on\n", id, st.Floor)
+		}
+		return exitOK
+	}
+
+	// A daemon is running: it performs the resync between two batches.
+	requested, err := d.sink.Now(ctx)
+	if err != nil {
+		log.Error("resync failed", "err", err)
+		return exitFailed
+	}
+	for _, id := range ids {
+		st := tidemark.TableState{Table: id, Mode: tidemark.TableResyncRequested, Reason: "requested by tidemark resync"}
+		if err := d.sink.SetTableState(ctx, source, st); err != nil {
+			log.Error("resync request failed", "table", id.String(), "err", err)
+			return exitFailed
+		}
+		fmt.Fprintf(stdout, "%s: resync requested from the running daemon\n", id)
+	}
+	if wait <= 0 {
+		return exitOK
+	}
+	deadline := time.Now().Add(wait)
+	pending := map[tidemark.TableID]bool{}
+	for _, id := range ids {
+		pending[id] = true
+	}
+	for len(pending) > 0 {
+		states, err := d.sink.TableStates(ctx, source)
+		if err != nil {
+			log.Error("read table states failed", "err", err)
+			return exitFailed
+		}
+		for _, st := range states {
+			if !pending[st.Table] || !st.UpdatedAt.After(requested) {
+				continue
+			}
+			switch st.Mode {
+			case tidemark.TableStreaming:
+				fmt.Fprintf(stdout, "%s: resynced; streaming from version %s on\n", st.Table, st.Floor)
+				delete(pending, st.Table)
+			case tidemark.TableQuarantined:
+				fmt.Fprintf(stdout, "%s: resync failed, quarantined again: %s\n", st.Table, st.Reason)
+				return exitFailed
+			}
+		}
+		if len(pending) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(stdout, "still waiting after %s; the daemon performs the resync when it can (see tidemark status)\n", wait)
+			return exitFailed
+		}
+		select {
+		case <-ctx.Done():
+			return exitFailed
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return exitOK
+}
