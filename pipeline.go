@@ -656,11 +656,13 @@ func batchHas(b *Batch, id TableID) bool {
 // handleDDL applies a chunk's schema changes. DROP TABLE, TRUNCATE and
 // ALTER TABLE go to the sink (with the chunk's checkpoint when the chunk
 // holds nothing else: committed reports that); a refused or inapplicable one
-// quarantines its table. CREATE TABLE admits the table; an ALTER TABLE that
+// quarantines its table. CREATE TABLE admits the table (streamed from here;
+// a table renamed into the stream is snapshotted); an ALTER TABLE that
 // needs a backfill re-snapshots it.
 func (p *Pipeline) handleDDL(ctx context.Context, ch *Chunk) (committed bool, err error) {
 	var events []DDLEvent
-	var creates, backfills []TableID
+	var creates []DDLEvent
+	var backfills []TableID
 	for _, ev := range ch.DDL {
 		st, known := p.state(ev.Table)
 		if known && st.Skips(ev.Version) {
@@ -672,7 +674,7 @@ func (p *Pipeline) handleDDL(ctx context.Context, ch *Chunk) (committed bool, er
 				return false, err
 			}
 		case DDLCreateTable:
-			creates = append(creates, ev.Table)
+			creates = append(creates, ev)
 		default:
 			if ev.Op == DDLAlterTable && ev.Backfill && p.cfg.Snapshot != nil && p.reg != nil {
 				// Recorded first, so that a crash after the ALTER's
@@ -739,11 +741,19 @@ func (p *Pipeline) handleDDL(ctx context.Context, ch *Chunk) (committed bool, er
 			return committed, err
 		}
 	}
-	for _, id := range creates {
-		if _, ok := p.state(id); ok {
+	for _, ev := range creates {
+		if _, ok := p.state(ev.Table); ok {
 			continue
 		}
-		if err := p.admit(ctx, id); err != nil {
+		if ev.From == (TableID{}) {
+			// Created here: every row of it follows in the stream.
+			if err := p.setState(ctx, TableState{Table: ev.Table, Mode: TableStreaming}); err != nil {
+				return committed, err
+			}
+			continue
+		}
+		// Renamed into the stream: its rows are not in it.
+		if err := p.admit(ctx, ev.Table); err != nil {
 			return committed, err
 		}
 	}

@@ -66,8 +66,11 @@ type DDLOp uint8
 
 // The DDL operations a source reports.
 const (
-	// DDLCreateTable: the table was created (or re-created). The pipeline
-	// snapshots it if the target does not hold it yet.
+	// DDLCreateTable: the table was created (or re-created, or renamed
+	// from DDLEvent.From). A created table is streamed from here: its
+	// rows all follow in the stream. A renamed one brings rows the stream
+	// never showed under its name: the pipeline snapshots it when the
+	// target does not hold it yet.
 	DDLCreateTable DDLOp = iota + 1
 	// DDLDropTable: the table was dropped (or renamed away; Reason says).
 	DDLDropTable
@@ -116,6 +119,9 @@ type DDLEvent struct {
 	// Reason explains a DDLUndecodable or a DDLDropTable that comes from a
 	// rename.
 	Reason string
+	// From is, for a DDLCreateTable that comes from a rename, the table's
+	// old name (zero otherwise).
+	From TableID
 }
 
 // String describes the event for log lines (never any value).

@@ -411,3 +411,31 @@ func (l *lockedBuilder) Write(p []byte) (int, error) {
 func newTestLogger(b *strings.Builder) *slog.Logger {
 	return slog.New(slog.NewTextHandler(&lockedBuilder{b: b}, nil))
 }
+
+// TestPipelineCreateTable: a table created in the stream is streamed (all
+// its rows follow); one renamed into the stream is snapshotted first.
+func TestPipelineCreateTable(t *testing.T) {
+	created, renamed := tableNamed("created"), tableNamed("renamed")
+	sink := newRegSink()
+	var snapped []tidemark.TableID
+	snapshot := func(ctx context.Context, tables []tidemark.TableID) (tidemark.Version, error) {
+		snapped = append(snapped, tables...)
+		return tidemark.Version{Seq: 3}, nil
+	}
+	src := sourceOf(
+		tidemark.Chunk{DDL: []tidemark.DDLEvent{{Op: tidemark.DDLCreateTable, Table: created.ID, Version: tidemark.Version{Seq: 1}}}, Commit: pos(1)},
+		tidemark.Chunk{DDL: []tidemark.DDLEvent{{Op: tidemark.DDLCreateTable, Table: renamed.ID, From: tidemark.TableID{Database: "other", Name: "x"}, Version: tidemark.Version{Seq: 2}}}, Commit: pos(2)},
+		tidemark.Chunk{Changes: append(changesOf(created, 2, 1), changesOf(renamed, 2, 1)...), Commit: pos(3)},
+		tidemark.Chunk{Changes: append(changesOf(created, 4, 1), changesOf(renamed, 4, 1)...), Commit: pos(4)},
+	)
+	p, _ := tidemark.NewPipeline(tidemark.PipelineConfig{Source: "s", MaxDelay: time.Millisecond, Snapshot: snapshot}, src, nil, sink)
+	if err := runUntil(t, p, sink.fakeSink, func() bool { return sink.checkpoint == pos(4) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(snapped) != 1 || snapped[0] != renamed.ID {
+		t.Fatalf("snapshots %v, want only the renamed table", snapped)
+	}
+	if appliedOf(sink.fakeSink, created.ID) != 2 || appliedOf(sink.fakeSink, renamed.ID) != 1 {
+		t.Fatalf("applied: created %d (want 2), renamed %d (want 1: the one after its snapshot)", appliedOf(sink.fakeSink, created.ID), appliedOf(sink.fakeSink, renamed.ID))
+	}
+}

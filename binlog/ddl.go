@@ -246,7 +246,7 @@ func parseDDL(db, query string, version tidemark.Version, keep func(tidemark.Tab
 				break
 			}
 			emit(tidemark.DDLEvent{Op: tidemark.DDLDropTable, Table: from, Reason: "renamed to " + to.String()})
-			emit(tidemark.DDLEvent{Op: tidemark.DDLCreateTable, Table: to, Reason: "renamed from " + from.String()})
+			emit(tidemark.DDLEvent{Op: tidemark.DDLCreateTable, Table: to, Reason: "renamed from " + from.String(), From: from})
 			if !p.punct(",") {
 				break
 			}
@@ -290,7 +290,7 @@ func parseDDL(db, query string, version tidemark.Version, keep func(tidemark.Tab
 			// The table is gone under this name; the new name is a new
 			// table. ev's column changes are picked up by the snapshot.
 			emit(tidemark.DDLEvent{Op: tidemark.DDLDropTable, Table: id, Reason: "renamed to " + renamed.String()})
-			emit(tidemark.DDLEvent{Op: tidemark.DDLCreateTable, Table: *renamed, Reason: "renamed from " + id.String()})
+			emit(tidemark.DDLEvent{Op: tidemark.DDLCreateTable, Table: *renamed, Reason: "renamed from " + id.String(), From: id})
 			break
 		}
 		// Every ALTER is reported, also one that only changes types: it
