@@ -1,0 +1,209 @@
+package kafka
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tidemark"
+)
+
+// checkpoint is the value of a checkpoint record:
+//
+//	{"position":"gtid=0-1001-42","batch":"9f3c…-17"}
+//
+// Position is tidemark.Position's String form ("" before the first
+// transaction boundary); Batch identifies the producing transaction, so that
+// a commit whose outcome was lost can be recognized when it is read back.
+type checkpoint struct {
+	Position string `json:"position"`
+	Batch    string `json:"batch"`
+}
+
+func (c checkpoint) append(dst []byte) []byte {
+	dst = append(dst, `{"position":`...)
+	dst = appendString(dst, c.Position)
+	dst = append(dst, `,"batch":`...)
+	dst = appendString(dst, c.Batch)
+	return append(dst, '}')
+}
+
+func parseCheckpoint(source string, value []byte) (checkpoint, tidemark.Position, error) {
+	var c checkpoint
+	if err := json.Unmarshal(value, &c); err != nil {
+		return c, tidemark.Position{}, fmt.Errorf("parse checkpoint record of %s: %w", source, err)
+	}
+	pos, err := tidemark.ParsePosition(c.Position)
+	if err != nil {
+		return c, tidemark.Position{}, fmt.Errorf("parse checkpoint record of %s: %w", source, err)
+	}
+	return c, pos, nil
+}
+
+// checkpointPartitioner sends every record of the checkpoint topic to
+// partition 0, where readCheckpoint looks for it, and partitions every other
+// topic by key hash like Kafka's Java client (murmur2), so that the records
+// of one key stay in order on one partition.
+type checkpointPartitioner struct {
+	topic string
+	keyed kgo.Partitioner
+}
+
+func newPartitioner(checkpointTopic string) kgo.Partitioner {
+	return checkpointPartitioner{checkpointTopic, kgo.StickyKeyPartitioner(nil)}
+}
+
+func (p checkpointPartitioner) ForTopic(t string) kgo.TopicPartitioner {
+	if t == p.topic {
+		return partitionZero{}
+	}
+	return p.keyed.ForTopic(t)
+}
+
+type partitionZero struct{}
+
+func (partitionZero) RequiresConsistency(*kgo.Record) bool { return true }
+func (partitionZero) Partition(*kgo.Record, int) int       { return 0 }
+
+// readCheckpoint returns the newest committed checkpoint record of source
+// on partition 0 of the checkpoint topic, and whether there is one.
+//
+// It scans backwards from the end in growing windows, reading each window up
+// to the high watermark with read_uncommitted and control records kept, and
+// decides itself which records committed: a transactional record counts
+// once its producer's commit marker is read; records of aborted and of
+// still-open transactions never count. This reads exactly up to the end
+// (a read_committed consumer cannot tell where the last stable offset is
+// when an aborted record precedes it). Every transaction of this sink writes
+// one record to the partition, so a commit marker with no record of its
+// producer in the window means the transaction began below the window: the
+// window then grows. Compaction keeps the newest record of each source.
+func (s *Sink) readCheckpoint(ctx context.Context, source string) (checkpoint, tidemark.Position, bool, error) {
+	topic := s.cfg.CheckpointTopic
+	starts, err := s.adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return checkpoint{}, tidemark.Position{}, false, fmt.Errorf("list start offset of %s: %w", topic, err)
+	}
+	ends, err := s.adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return checkpoint{}, tidemark.Position{}, false, fmt.Errorf("list end offset of %s: %w", topic, err)
+	}
+	so, ok1 := starts.Lookup(topic, 0)
+	eo, ok2 := ends.Lookup(topic, 0)
+	if !ok1 || !ok2 {
+		return checkpoint{}, tidemark.Position{}, false, fmt.Errorf("list offsets of %s: no partition 0", topic)
+	}
+	start, end := so.Offset, eo.Offset
+	if end <= start {
+		return checkpoint{}, tidemark.Position{}, false, nil
+	}
+	for window := int64(64); ; window *= 8 {
+		lo := max(start, end-window)
+		rec, orphan, err := s.scanCheckpoints(ctx, lo, end, source)
+		if err != nil {
+			return checkpoint{}, tidemark.Position{}, false, err
+		}
+		if (rec != nil && !orphan) || lo == start {
+			if rec == nil {
+				return checkpoint{}, tidemark.Position{}, false, nil
+			}
+			c, pos, err := parseCheckpoint(source, rec.Value)
+			if err != nil {
+				return checkpoint{}, tidemark.Position{}, false, fmt.Errorf("read checkpoint at %s/0@%d: %w", topic, rec.Offset, err)
+			}
+			return c, pos, true, nil
+		}
+	}
+}
+
+// scanCheckpoints reads partition 0 of the checkpoint topic from lo up to
+// end (exclusive) and returns the last committed record with key source.
+// orphan reports a commit marker whose transaction began below lo.
+func (s *Sink) scanCheckpoints(ctx context.Context, lo, end int64, source string) (last *kgo.Record, orphan bool, err error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{
+		kgo.SeedBrokers(s.cfg.Brokers...),
+		kgo.ClientID(s.cfg.ClientID),
+		kgo.WithLogger(s.klog),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{
+			s.cfg.CheckpointTopic: {0: kgo.NewOffset().At(lo)},
+		}),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
+		kgo.KeepControlRecords(),
+	}, s.cfg.kgoOpts...)...)
+	if err != nil {
+		return nil, false, fmt.Errorf("read checkpoint topic %s: %w", s.cfg.CheckpointTopic, err)
+	}
+	defer cl.Close()
+
+	pending := map[int64]*kgo.Record{} // producer → its open transaction's record of source (or nil)
+	for {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, false, err
+		}
+		var ferr error
+		fs.EachError(func(t string, p int32, err error) {
+			if ferr == nil {
+				ferr = fmt.Errorf("read checkpoint topic %s/%d: %w", t, p, err)
+			}
+		})
+		if ferr != nil {
+			return nil, false, ferr
+		}
+		done := false
+		fs.EachRecord(func(r *kgo.Record) {
+			if done || r.Offset >= end {
+				done = true
+				return
+			}
+			switch {
+			case r.Attrs.IsControl():
+				rec, open := pending[r.ProducerID]
+				if !open {
+					orphan = true
+				}
+				delete(pending, r.ProducerID)
+				if rec != nil && controlType(r.Key) == controlCommit {
+					last = rec
+				}
+			case r.Attrs.IsTransactional():
+				if string(r.Key) == source {
+					pending[r.ProducerID] = r
+				} else if _, ok := pending[r.ProducerID]; !ok {
+					pending[r.ProducerID] = nil
+				}
+			case string(r.Key) == source:
+				last = r
+			}
+			if r.Offset >= end-1 {
+				done = true
+			}
+		})
+		if done {
+			return last, orphan, nil
+		}
+	}
+}
+
+const (
+	controlAbort  = 0
+	controlCommit = 1
+)
+
+// controlType decodes the type of a control record's key (version int16,
+// type int16), or -1.
+func controlType(key []byte) int {
+	if len(key) < 4 {
+		return -1
+	}
+	return int(binary.BigEndian.Uint16(key[2:4]))
+}

@@ -1,0 +1,217 @@
+package kafka
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tidemark"
+)
+
+// Config configures a Sink. The zero value of every optional field is the
+// documented default.
+type Config struct {
+	// Brokers are the seed brokers, "host:port". Required.
+	Brokers []string
+	// ClientID is the Kafka client id (default "tidemark").
+	ClientID string
+
+	// TopicPrefix fills {prefix} in TopicTemplate (default "tidemark").
+	TopicPrefix string
+	// TopicTemplate names the topic of a table's changes. It may use
+	// {prefix}, {source}, {database} and {table} (default
+	// "{prefix}.{database}.{table}"). Characters Kafka does not allow in a
+	// topic name (anything but ASCII letters, digits, '.', '_' and '-') are
+	// replaced by '_'; two tables that end up with the same topic are an
+	// error naming both.
+	TopicTemplate string
+	// CheckpointTopic holds one record per batch: key = the source name,
+	// value = the checkpoint (see docs/kafka.md). The sink creates it when
+	// missing with one partition and cleanup.policy=compact, and always
+	// writes and reads partition 0 (default TopicPrefix + ".checkpoints").
+	CheckpointTopic string
+
+	// Tombstones makes every delete publish a second record with the same
+	// key and a null value, so that compacted topics forget deleted keys.
+	// An update that changes the key then also publishes a tombstone for
+	// the old key.
+	Tombstones bool
+
+	// ExactlyOnce publishes each batch's records and its checkpoint record
+	// in one Kafka transaction (TransactionalID is then required). Without
+	// it the sink uses the idempotent producer, waits for the batch's
+	// records to be acknowledged and then writes the checkpoint record: a
+	// crash in between republishes the batch on restart (at least once).
+	ExactlyOnce bool
+	// TransactionalID identifies this instance's producer across restarts
+	// (required with ExactlyOnce). Starting a second instance with the same
+	// id fences the first: its next Apply fails with ErrFenced.
+	TransactionalID string
+	// TransactionTimeout is how long the broker keeps a transaction open
+	// before aborting it (default 60s). It bounds how long the checkpoint
+	// of a crashed instance stays unreadable, and must exceed the time to
+	// publish one batch.
+	TransactionTimeout time.Duration
+
+	// CreateTopics makes the sink create a table's topic on first sight
+	// (an existing topic is left as it is), with Partitions,
+	// ReplicationFactor and TopicConfigs. Without it the topics must exist.
+	CreateTopics bool
+	// Partitions of a created topic (default -1: the broker's default).
+	// Records of one key always go to one partition (murmur2 of the key,
+	// as Kafka's Java client does), so changing the count later reorders
+	// keys across partitions.
+	Partitions int32
+	// ReplicationFactor of created topics, including the checkpoint topic
+	// (default -1: the broker's default).
+	ReplicationFactor int16
+	// TopicConfigs are set on created change topics, e.g.
+	// {"cleanup.policy": "compact"} together with Tombstones.
+	TopicConfigs map[string]string
+
+	// MaxBufferedRecords bounds the records buffered in the producer
+	// (default 10000); MaxBufferedBytes bounds their bytes (default 64
+	// MiB). A full buffer blocks Apply, which blocks the pipeline and the
+	// binlog reader behind it.
+	MaxBufferedRecords int
+	MaxBufferedBytes   int
+	// MaxRecordBytes caps one produced record batch (default 1 MiB,
+	// franz-go's). A change whose envelope is larger fails the batch with
+	// MESSAGE_TOO_LARGE: raise this and the topics' max.message.bytes for
+	// tables with large BLOB or TEXT columns.
+	MaxRecordBytes int32
+
+	// SourceServerID is the source server's server_id, published in every
+	// envelope's source.server_id (0: published as null).
+	SourceServerID uint32
+
+	// Retry is the backoff for a batch that failed with an error franz-go
+	// does not retry itself but that aborting and republishing can fix (an
+	// abortable transaction, a lost coordinator, a commit whose outcome had
+	// to be read back). The zero value retries with the defaults of
+	// tidemark.Backoff until ctx is done.
+	Retry tidemark.Backoff
+	// Logger receives the sink's and franz-go's log lines (franz-go's info
+	// lines at debug level). Default slog.Default().
+	Logger *slog.Logger
+
+	// kgoOpts are extra client options (tests: faster retries).
+	kgoOpts []kgo.Opt
+}
+
+// The defaults of Config.
+const (
+	DefaultClientID           = "tidemark"
+	DefaultTopicPrefix        = "tidemark"
+	DefaultTopicTemplate      = "{prefix}.{database}.{table}"
+	DefaultTransactionTimeout = 60 * time.Second
+	DefaultMaxBufferedRecords = 10000
+	DefaultMaxBufferedBytes   = 64 << 20
+	DefaultMaxRecordBytes     = 1 << 20
+)
+
+func (c Config) withDefaults() Config {
+	if c.ClientID == "" {
+		c.ClientID = DefaultClientID
+	}
+	if c.TopicPrefix == "" {
+		c.TopicPrefix = DefaultTopicPrefix
+	}
+	if c.TopicTemplate == "" {
+		c.TopicTemplate = DefaultTopicTemplate
+	}
+	if c.CheckpointTopic == "" {
+		c.CheckpointTopic = c.TopicPrefix + ".checkpoints"
+	}
+	if c.TransactionTimeout == 0 {
+		c.TransactionTimeout = DefaultTransactionTimeout
+	}
+	if c.Partitions == 0 {
+		c.Partitions = -1
+	}
+	if c.ReplicationFactor == 0 {
+		c.ReplicationFactor = -1
+	}
+	if c.MaxBufferedRecords == 0 {
+		c.MaxBufferedRecords = DefaultMaxBufferedRecords
+	}
+	if c.MaxBufferedBytes == 0 {
+		c.MaxBufferedBytes = DefaultMaxBufferedBytes
+	}
+	if c.MaxRecordBytes == 0 {
+		c.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// ValidateConfig checks cfg (with its defaults applied) without
+// connecting. Errors are *ConfigError.
+func ValidateConfig(cfg Config) error {
+	return cfg.withDefaults().validate()
+}
+
+// ConfigError is an invalid Config field.
+type ConfigError struct {
+	// Field is the field's name in snake case ("brokers",
+	// "transactional_id"), as in the YAML config.
+	Field string
+	// Problem says what is wrong.
+	Problem string
+}
+
+func (e *ConfigError) Error() string {
+	return "kafka sink config: " + e.Field + ": " + e.Problem
+}
+
+func cfgErr(field, format string, args ...any) error {
+	return &ConfigError{Field: field, Problem: fmt.Sprintf(format, args...)}
+}
+
+// validate checks c after withDefaults. Errors name the field.
+func (c Config) validate() error {
+	if len(c.Brokers) == 0 {
+		return cfgErr("brokers", "required")
+	}
+	for i, b := range c.Brokers {
+		if strings.TrimSpace(b) == "" {
+			return cfgErr(fmt.Sprintf("brokers[%d]", i), "empty")
+		}
+	}
+	if err := checkTemplate(c.TopicTemplate); err != nil {
+		return cfgErr("topic_template", "%v", err)
+	}
+	if !validTopic(c.CheckpointTopic) {
+		return cfgErr("checkpoint_topic", "%q is not a valid topic name (1 to 249 of [a-zA-Z0-9._-], not \".\" or \"..\")", c.CheckpointTopic)
+	}
+	if c.ExactlyOnce && c.TransactionalID == "" {
+		return cfgErr("transactional_id", "required with exactly_once")
+	}
+	if c.TransactionTimeout < time.Second {
+		return cfgErr("transaction_timeout", "must be at least 1s, got %s", c.TransactionTimeout)
+	}
+	if c.Partitions < -1 {
+		return cfgErr("partitions", "must be positive or -1 (broker default), got %d", c.Partitions)
+	}
+	if c.ReplicationFactor < -1 {
+		return cfgErr("replication_factor", "must be positive or -1 (broker default), got %d", c.ReplicationFactor)
+	}
+	if c.MaxBufferedRecords < 1 {
+		return cfgErr("max_buffered_records", "must be positive, got %d", c.MaxBufferedRecords)
+	}
+	if c.MaxBufferedBytes < 1<<20 {
+		return cfgErr("max_buffered_bytes", "must be at least 1 MiB, got %d", c.MaxBufferedBytes)
+	}
+	if c.MaxRecordBytes < 1<<10 || int(c.MaxRecordBytes) > c.MaxBufferedBytes {
+		return cfgErr("max_record_bytes", "must be between 1 KiB and max_buffered_bytes, got %d", c.MaxRecordBytes)
+	}
+	if c.Retry.Attempts < 0 {
+		return cfgErr("retry.attempts", "must not be negative, got %d", c.Retry.Attempts)
+	}
+	return nil
+}

@@ -1,0 +1,155 @@
+package kafka
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tidemark"
+)
+
+// encodedBatch is a batch's records, encoded once and republished as they
+// are on every attempt. Keys and values live in one buffer.
+type encodedBatch struct {
+	buf  []byte
+	recs []recSpec
+}
+
+type recSpec struct {
+	topic      string
+	key        span
+	value      span // value.end == -1: a tombstone (null value)
+	op         []byte
+	tableShape []byte
+}
+
+type span struct{ start, end int }
+
+// Header values shared by every record.
+var (
+	headerOp            = map[tidemark.Op][]byte{tidemark.OpInsert: []byte("c"), tidemark.OpUpdate: []byte("u"), tidemark.OpDelete: []byte("d"), tidemark.OpRead: []byte("r")}
+	headerSchemaVersion = []byte(EnvelopeVersion)
+)
+
+// records returns fresh kgo records for one attempt, with room for extra
+// more at the end.
+func (e *encodedBatch) records(extra int) []kgo.Record {
+	recs := make([]kgo.Record, len(e.recs), len(e.recs)+extra)
+	hdrs := make([]kgo.RecordHeader, 0, 3*len(e.recs))
+	for i := range e.recs {
+		r := &e.recs[i]
+		recs[i] = kgo.Record{Topic: r.topic, Key: e.buf[r.key.start:r.key.end:r.key.end]}
+		if r.value.end >= 0 {
+			recs[i].Value = e.buf[r.value.start:r.value.end:r.value.end]
+			n := len(hdrs)
+			hdrs = append(hdrs,
+				kgo.RecordHeader{Key: "op", Value: r.op},
+				kgo.RecordHeader{Key: "schema_version", Value: headerSchemaVersion},
+				kgo.RecordHeader{Key: "table_schema", Value: r.tableShape})
+			recs[i].Headers = hdrs[n:len(hdrs):len(hdrs)]
+		}
+	}
+	return recs
+}
+
+// encode builds the batch's records and counts them. It creates topics on
+// first sight (when configured) and fails, naming the table and column, on a
+// value that does not match its column's kind; nothing is published then.
+// Callers hold s.mu.
+func (s *Sink) encode(ctx context.Context, b *tidemark.Batch) (*encodedBatch, tidemark.ApplyStats, error) {
+	var stats tidemark.ApplyStats
+	enc := &encodedBatch{
+		buf:  make([]byte, 0, 256*len(b.Changes)),
+		recs: make([]recSpec, 0, len(b.Changes)),
+	}
+	ts := s.now()
+	codecs := map[*tidemark.Table]*codec{} // each table's fingerprint is computed once per batch
+	for i := range b.Changes {
+		ch := &b.Changes[i]
+		if ch.Table == nil {
+			return nil, stats, fmt.Errorf("encode change %d of batch: no table", i)
+		}
+		c, ok := codecs[ch.Table]
+		if !ok {
+			var err error
+			if c, err = s.codec(ctx, b.Source, ch.Table); err != nil {
+				return nil, stats, err
+			}
+			codecs[ch.Table] = c
+		}
+		op, ok := headerOp[ch.Op]
+		if !ok {
+			return nil, stats, fmt.Errorf("encode change of %s: unknown op %d", ch.Table.ID, ch.Op)
+		}
+		row := ch.After
+		if ch.Op == tidemark.OpDelete || row == nil {
+			row = ch.Before
+		}
+		var (
+			r   = recSpec{topic: c.topic, op: op, tableShape: c.fingerprint}
+			err error
+		)
+		r.key.start = len(enc.buf)
+		if enc.buf, err = c.appendKey(enc.buf, row); err != nil {
+			return nil, stats, err
+		}
+		r.key.end = len(enc.buf)
+		r.value.start = len(enc.buf)
+		if enc.buf, err = c.appendEnvelope(enc.buf, ch, b.Checkpoint, ts); err != nil {
+			return nil, stats, err
+		}
+		r.value.end = len(enc.buf)
+		enc.recs = append(enc.recs, r)
+
+		switch ch.Op {
+		case tidemark.OpInsert, tidemark.OpRead:
+			stats.Inserted++
+		case tidemark.OpUpdate:
+			stats.Updated++
+		case tidemark.OpDelete:
+			stats.Deleted++
+		}
+		if !s.cfg.Tombstones {
+			continue
+		}
+		switch {
+		case ch.Op == tidemark.OpDelete:
+			enc.recs = append(enc.recs, recSpec{topic: c.topic, key: r.key, value: span{-1, -1}})
+		case ch.Op == tidemark.OpUpdate && ch.Before != nil:
+			// An update that changes the key: the old key is gone.
+			start := len(enc.buf)
+			if enc.buf, err = c.appendKey(enc.buf, ch.Before); err != nil {
+				return nil, stats, err
+			}
+			old := span{start, len(enc.buf)}
+			if bytes.Equal(enc.buf[old.start:old.end], enc.buf[r.key.start:r.key.end]) {
+				enc.buf = enc.buf[:start]
+				continue
+			}
+			enc.recs = append(enc.recs, recSpec{topic: c.topic, key: old, value: span{-1, -1}})
+		}
+	}
+	return enc, stats, nil
+}
+
+// codec returns the encoding state of a table, building it (and resolving
+// and maybe creating its topic) on first sight of its schema. Callers hold
+// s.mu.
+func (s *Sink) codec(ctx context.Context, source string, t *tidemark.Table) (*codec, error) {
+	k := codecKey{source, t.ID, t.Fingerprint()}
+	if c, ok := s.codecs[k]; ok {
+		return c, nil
+	}
+	topic, err := s.topicFor(ctx, source, t.ID)
+	if err != nil {
+		return nil, err
+	}
+	c, err := newCodec(t, source, topic, s.cfg.SourceServerID)
+	if err != nil {
+		return nil, err
+	}
+	s.codecs[k] = c
+	return c, nil
+}

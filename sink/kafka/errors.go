@@ -1,0 +1,109 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ErrFenced means Kafka fenced this sink's transactional producer because
+// another instance started with the same transactional id (the newer
+// instance wins; this one can no longer commit). It is never retried: the
+// instance must stop. Test with errors.Is.
+var ErrFenced = errors.New("fenced by another instance")
+
+// fencedError names the transactional id and the broker's answer.
+type fencedError struct {
+	txnID string
+	err   error
+}
+
+func (e *fencedError) Error() string {
+	return fmt.Sprintf("sink/kafka: fenced by another instance with transactional id %s: %v", e.txnID, e.err)
+}
+
+func (e *fencedError) Unwrap() []error { return []error{ErrFenced, e.err} }
+
+// isFenced reports whether err is the broker fencing this producer: another
+// producer initialized the same transactional id with a newer epoch.
+func isFenced(err error) bool {
+	return errors.Is(err, ErrFenced) || errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch)
+}
+
+// unresolvedCommitError is a commit whose outcome could not be learned by
+// reading the checkpoint back. It is not retried: republishing could
+// duplicate the batch. The restarted pipeline reads the checkpoint first.
+type unresolvedCommitError struct {
+	commitErr, readErr error
+}
+
+func (e *unresolvedCommitError) Error() string {
+	return fmt.Sprintf("commit outcome unknown (reading the checkpoint back failed: %v); restart to resume from the stored checkpoint: %v", e.readErr, e.commitErr)
+}
+
+func (e *unresolvedCommitError) Unwrap() error { return e.commitErr }
+
+// retryable is the sink's classifier for tidemark.Retry. franz-go already
+// retries what it classifies as retryable for single requests and records
+// (without limit, by default); what reaches the sink and is worth
+// republishing the batch for is an abortable transaction, a producer id to
+// reload, a coordinator or connection that outlived the client's own
+// retries, or a verified uncommitted transaction.
+func retryable(err error) bool {
+	switch {
+	case err == nil, isFenced(err), errors.Is(err, context.Canceled):
+		return false
+	}
+	var unresolved *unresolvedCommitError
+	if errors.As(err, &unresolved) {
+		return false
+	}
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		switch ke {
+		case kerr.TransactionAbortable, kerr.OperationNotAttempted, kerr.UnknownProducerID,
+			kerr.InvalidProducerIDMapping, kerr.ConcurrentTransactions:
+			return true
+		}
+		return ke.Retriable
+	}
+	switch {
+	case errors.Is(err, kgo.ErrRecordTimeout), errors.Is(err, kgo.ErrRecordRetries),
+		errors.Is(err, kgo.ErrAborting), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), kgo.IsRetryableBrokerErr(err):
+		return true
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr)
+}
+
+// kgoLogger routes franz-go's log lines into slog: its errors and warnings
+// at their level, its (chatty, once per transaction) info lines at debug.
+type kgoLogger struct {
+	l     *slog.Logger
+	debug bool // l is enabled at debug level
+}
+
+func (k kgoLogger) Level() kgo.LogLevel {
+	if k.debug {
+		return kgo.LogLevelInfo
+	}
+	return kgo.LogLevelWarn
+}
+
+func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	switch level {
+	case kgo.LogLevelError:
+		k.l.Error(msg, keyvals...)
+	case kgo.LogLevelWarn:
+		k.l.Warn(msg, keyvals...)
+	default:
+		k.l.Debug(msg, keyvals...)
+	}
+}

@@ -1,0 +1,195 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"tidemark"
+)
+
+// TestBrokerFaults injects broker errors, timeouts and dropped connections
+// with kfake while a stream is published, and checks that nothing is lost,
+// nothing is out of order per key and, with exactly-once, nothing doubled.
+// A fault that makes Apply fail is handled as the pipeline does: the batch
+// is applied again (from the stored checkpoint).
+func TestBrokerFaults(t *testing.T) {
+	type setup func(t *testing.T, c *kfake.Cluster, s *Sink)
+	faults := func(fs ...kfake.Fault) setup {
+		return func(t *testing.T, c *kfake.Cluster, s *Sink) { c.Fault(fs...) }
+	}
+	produce := []kmsg.Key{kmsg.Produce}
+	tests := []struct {
+		name      string
+		eos       []bool // the modes to run it in
+		setup     setup
+		mayFail   bool // Apply may return an error (then the batch is applied again)
+		mustRetry bool // the sink itself must have republished a transaction
+		mustLog   string
+	}{
+		{name: "produce: not leader", eos: []bool{false, true},
+			setup: faults(kfake.Fault{Keys: produce, Err: kerr.NotLeaderForPartition, Count: 10})},
+		{name: "produce: timed out after append", eos: []bool{false, true},
+			setup: faults(kfake.Fault{Keys: produce, Err: kerr.RequestTimedOut, Count: 10})},
+		{name: "produce: not enough replicas after append", eos: []bool{false, true},
+			setup: faults(kfake.Fault{Keys: produce, Err: kerr.NotEnoughReplicasAfterAppend, Count: 10})},
+		{name: "produce: storage error", eos: []bool{false, true},
+			setup: faults(kfake.Fault{Keys: produce, Err: kerr.KafkaStorageError, Count: 10})},
+		{name: "produce: connection dropped", eos: []bool{false, true},
+			setup: dropConnections(int16(kmsg.Produce), 5)},
+		{name: "produce: transaction abortable", eos: []bool{true}, mustRetry: true,
+			setup: faults(kfake.Fault{Keys: produce, Err: kerr.TransactionAbortable, Count: 2})},
+		{name: "produce: not authorized (not retryable)", eos: []bool{false, true}, mayFail: true,
+			setup: faults(kfake.Fault{Keys: produce, Err: kerr.TopicAuthorizationFailed, Count: 1})},
+		{name: "end txn: coordinator moving", eos: []bool{true},
+			setup: faults(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.NotCoordinator, Count: 3},
+				kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.CoordinatorLoadInProgress, Count: 3})},
+		{name: "end txn: concurrent transactions", eos: []bool{true},
+			setup: faults(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.ConcurrentTransactions, Count: 3})},
+		{name: "end txn: connection dropped, commit lost", eos: []bool{true}, mustRetry: true,
+			setup: dropConnections(int16(kmsg.EndTxn), 3)},
+		{name: "end txn: answer lost after commit", eos: []bool{true}, mustLog: "commit reported an error but took effect (checkpoint read back)",
+			setup: func(t *testing.T, c *kfake.Cluster, s *Sink) {
+				var n atomic.Int32
+				s.hookCommitResult = func(err error) error {
+					if err == nil && n.Add(1)%4 == 0 {
+						return io.ErrUnexpectedEOF
+					}
+					return err
+				}
+			}},
+	}
+	for _, tt := range tests {
+		for _, eos := range tt.eos {
+			t.Run(tt.name+map[bool]string{false: "/at-least-once", true: "/exactly-once"}[eos], func(t *testing.T) {
+				c := newCluster(t)
+				cfg := testConfig(t, c, eos)
+				s := openSink(t, cfg)
+				cfg = s.cfg
+				st := newStream("src", "shop", 150)
+				bs := st.batches(tidemark.Position{}, 6)
+				apply(t, s, bs[0]) // topics exist before the faults
+				tt.setup(t, c, s)
+				var retries, logged atomic.Int32
+				s.rlog = &tidemark.RateLimitedLogger{Logger: slog.New(msgCounter{"retrying after transient error", &retries}), Interval: time.Nanosecond}
+				s.log = slog.New(msgCounter{tt.mustLog, &logged})
+				failures := 0
+				for _, b := range bs[1:] {
+					for {
+						ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+						st, err := s.Apply(ctx, b)
+						cancel()
+						if err == nil {
+							if st.Total() != len(b.Changes) {
+								t.Fatalf("stats %+v for %d changes", st, len(b.Changes))
+							}
+							break
+						}
+						if !tt.mayFail || failures > 3 {
+							t.Fatalf("apply batch %s: %v", b.Checkpoint, err)
+						}
+						failures++
+						t.Logf("apply failed, applying again as a restarted pipeline would: %v", err)
+						// The checkpoint must not have moved past the failed batch.
+						if pos, _ := checkpointOf(t, s, "src"); pos == b.Checkpoint {
+							t.Fatalf("checkpoint %s stored for a failed batch", pos)
+						}
+					}
+				}
+				if tt.mayFail && failures == 0 {
+					t.Errorf("the fault never failed a batch: the test does not test it")
+				}
+				if tt.mustRetry && retries.Load() == 0 {
+					t.Errorf("no transaction was republished: the fault was not exercised")
+				}
+				if tt.mustLog != "" && logged.Load() == 0 {
+					t.Errorf("never logged %q: the fault was not exercised", tt.mustLog)
+				}
+				recs := consume(t, c, topicsOf(cfg, "shop")...)
+				dups := checkDelivery(t, st, recs)
+				if eos && dups != 0 {
+					t.Fatalf("exactly-once: %d duplicates", dups)
+				}
+				if !eos && dups != 0 {
+					t.Logf("at-least-once: %d duplicates", dups)
+				}
+				if dups == 0 {
+					checkOrder(t, recs)
+				}
+			})
+		}
+	}
+}
+
+// dropConnections closes the connection instead of answering the next n
+// requests with the key (the request is not processed).
+func dropConnections(key int16, n int32) func(t *testing.T, c *kfake.Cluster, s *Sink) {
+	return func(t *testing.T, c *kfake.Cluster, s *Sink) {
+		var left atomic.Int32
+		left.Store(n)
+		c.ControlKey(key, func(kmsg.Request) (kmsg.Response, error, bool) {
+			if left.Add(-1) < 0 {
+				c.DropControl()
+				return nil, nil, false
+			}
+			c.KeepControl()
+			return nil, errors.New("connection dropped by the test"), true
+		})
+	}
+}
+
+// msgCounter is a slog handler that counts the records with one message.
+type msgCounter struct {
+	msg string
+	n   *atomic.Int32
+}
+
+func (msgCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (h msgCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h msgCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h msgCounter) WithGroup(string) slog.Handler      { return h }
+
+// TestOpenAndCheckpointThroughFaults opens a second instance and reads the
+// checkpoint while the broker fails producer-id, offset, fetch and
+// topic-creation requests a few times each.
+func TestOpenAndCheckpointThroughFaults(t *testing.T) {
+	c := newCluster(t)
+	cfg := testConfig(t, c, true)
+	a := openSink(t, cfg)
+	cfg = a.cfg
+	st := newStream("src", "shop", 20)
+	bs := st.batches(tidemark.Position{}, 5)
+	apply(t, a, bs[0])
+	h := c.Fault(
+		kfake.Fault{Keys: []kmsg.Key{kmsg.InitProducerID}, Err: kerr.CoordinatorLoadInProgress, Count: 2},
+		kfake.Fault{Keys: []kmsg.Key{kmsg.CreateTopics}, Err: kerr.RequestTimedOut, Count: 1},
+		kfake.Fault{Keys: []kmsg.Key{kmsg.ListOffsets}, Err: kerr.NotLeaderForPartition, Count: 2},
+		kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Err: kerr.NotLeaderForPartition, Count: 2},
+	)
+	b := openSink(t, cfg)
+	if pos, ok := checkpointOf(t, b, "src"); !ok || pos != bs[0].Checkpoint {
+		t.Fatalf("checkpoint %s, %v; want %s", pos, ok, bs[0].Checkpoint)
+	}
+	if n := h.Hits(); n < 6 {
+		t.Errorf("faults hit %d times, want 6", n)
+	}
+	for _, bb := range bs[1:] {
+		apply(t, b, bb)
+	}
+	if dups := checkDelivery(t, st, consume(t, c, topicsOf(cfg, "shop")...)); dups != 0 {
+		t.Fatalf("%d duplicates", dups)
+	}
+}

@@ -1,0 +1,491 @@
+// Package kafka is tidemark's Kafka sink: it publishes every change as a
+// JSON envelope to a topic per table, and records the batch's checkpoint in
+// a compacted checkpoint topic, through franz-go.
+//
+// Records: key = the business key as a JSON object (key columns in key
+// order), value = the change envelope (see envelope.go and
+// docs/kafka-envelope.schema.json), headers op (c/u/d/r), schema_version
+// (EnvelopeVersion) and table_schema (a hash of the table's columns, kinds
+// and key). Records of one key go to one partition, in source order. With
+// Config.Tombstones a delete is followed by a record with the same key and
+// a null value (no headers).
+//
+// Delivery. The producer is always idempotent (no duplicates from the
+// client's own retries, no reordering within a partition). With
+// Config.ExactlyOnce each batch is one Kafka transaction holding its change
+// records and its checkpoint record, so a read_committed consumer sees a
+// batch whole or not at all and the stored checkpoint never disagrees with
+// the published data; on start the checkpoint is read back from the topic.
+// Without it (at least once) the checkpoint record is written after the
+// batch's records are acknowledged, and a crash in between republishes the
+// batch on restart.
+//
+// Every change is published (no coalescing: consumers get the history), so
+// ApplyStats counts each change as Inserted (c and r), Updated or Deleted,
+// Coalesced is 0, and Skipped counts the changes of a batch the sink drops
+// whole because its checkpoint is not newer than the stored one (a replay
+// in a fan-out with another sink; see Apply).
+//
+// Watermarks of a batch are not stored: the Kafka sink has no catch-up
+// state. docs/kafka.md has the details and the consumer's view.
+package kafka
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tidemark"
+)
+
+// Sink publishes batches to Kafka. Its methods are safe for concurrent use
+// and serialized: one batch is published at a time, in the order Apply is
+// called.
+type Sink struct {
+	cfg      Config
+	cl       *kgo.Client
+	adm      *kadm.Client
+	log      *slog.Logger
+	klog     kgoLogger
+	rlog     *tidemark.RateLimitedLogger
+	instance string // random, prefixes the batch ids of checkpoint records
+
+	mu         sync.Mutex
+	attempts   uint64
+	codecs     map[codecKey]*codec
+	topics     map[topicKey]string
+	topicOwner map[string]topicKey
+	stored     map[string]tidemark.Position // per source: the checkpoint known to be committed (zero: none)
+	txnOpen    bool                         // a transaction was begun and not ended
+	fenced     error                        // sticky: ErrFenced
+
+	// Test hooks (nil in production). hookBeforeCommit runs just before
+	// the commit (EndTxn, or the checkpoint record without ExactlyOnce)
+	// and hookAfterCommit just after it succeeded; an error they return
+	// stops Apply there, as a crash would (a transaction is left open).
+	// hookCommitResult replaces EndTxn's result, to lose its answer.
+	hookBeforeCommit func() error
+	hookAfterCommit  func() error
+	hookCommitResult func(error) error
+	now              func() time.Time
+}
+
+var _ tidemark.Sink = (*Sink)(nil)
+
+// Open validates cfg, connects, creates the checkpoint topic if it is
+// missing, and with ExactlyOnce initializes the transactional producer:
+// that fences any older instance with the same transactional id and aborts
+// the transaction it left open. Transient errors are retried with cfg.Retry
+// until ctx is done.
+func Open(ctx context.Context, cfg Config) (*Sink, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger.With("component", "sink/kafka")
+	klog := kgoLogger{l: log.With("lib", "franz-go"), debug: log.Enabled(ctx, slog.LevelDebug)}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ClientID(cfg.ClientID),
+		kgo.WithLogger(klog),
+		kgo.RecordPartitioner(newPartitioner(cfg.CheckpointTopic)),
+		kgo.MaxBufferedRecords(cfg.MaxBufferedRecords),
+		kgo.MaxBufferedBytes(cfg.MaxBufferedBytes),
+		kgo.ProducerBatchMaxBytes(cfg.MaxRecordBytes),
+	}
+	opts = append(opts, cfg.kgoOpts...)
+	if cfg.ExactlyOnce {
+		opts = append(opts, kgo.TransactionalID(cfg.TransactionalID), kgo.TransactionTimeout(cfg.TransactionTimeout))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("open kafka sink: %w", err)
+	}
+	var id [8]byte
+	rand.Read(id[:])
+	s := &Sink{
+		cfg:        cfg,
+		cl:         cl,
+		adm:        kadm.NewClient(cl),
+		log:        log,
+		klog:       klog,
+		rlog:       &tidemark.RateLimitedLogger{Logger: log},
+		instance:   hex.EncodeToString(id[:]),
+		codecs:     map[codecKey]*codec{},
+		topics:     map[topicKey]string{},
+		topicOwner: map[string]topicKey{},
+		stored:     map[string]tidemark.Position{},
+		now:        time.Now,
+	}
+	if err := s.init(ctx); err != nil {
+		cl.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Sink) init(ctx context.Context) error {
+	topic := s.cfg.CheckpointTopic
+	if err := s.createTopic(ctx, topic, 1, map[string]string{"cleanup.policy": "compact"}); err != nil {
+		return fmt.Errorf("open kafka sink: %w", err)
+	}
+	if cfgs, err := s.adm.DescribeTopicConfigs(ctx, topic); err == nil {
+		if rc, err := cfgs.On(topic, nil); err == nil {
+			for _, c := range rc.Configs {
+				if c.Key == "cleanup.policy" && c.MaybeValue() != "compact" && c.MaybeValue() != "compact,delete" {
+					s.log.Warn("checkpoint topic is not compacted: the newest checkpoint may expire, or reading it back may slow down as the topic grows; set cleanup.policy=compact",
+						"topic", topic, "cleanup.policy", c.MaybeValue())
+				}
+			}
+		}
+	}
+	if s.cfg.ExactlyOnce {
+		err := tidemark.Retry(ctx, "initialize transactional producer", s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+			_, _, err := s.cl.ProducerID(ctx)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("open kafka sink: %w", err)
+		}
+	}
+	return nil
+}
+
+// Close releases the sink's connections. It does not end a transaction that
+// an interrupted Apply left open: the broker aborts it after the
+// transaction timeout, or the next instance aborts it when it starts.
+func (s *Sink) Close() error {
+	s.cl.Close()
+	return nil
+}
+
+// Checkpoint returns the position last committed for source, read back from
+// the checkpoint topic (committed records only), and whether there is one.
+func (s *Sink) Checkpoint(ctx context.Context, source string) (tidemark.Position, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var pos tidemark.Position
+	err := tidemark.Retry(ctx, "read checkpoint of "+source, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+		var err error
+		_, pos, _, err = s.readCheckpoint(ctx, source)
+		return err
+	})
+	if err != nil {
+		return tidemark.Position{}, false, err
+	}
+	s.stored[source] = pos
+	return pos, !pos.IsZero(), nil
+}
+
+// storedCheckpoint returns the committed checkpoint of source, reading it on
+// first use. Callers hold s.mu.
+func (s *Sink) storedCheckpoint(ctx context.Context, source string) (tidemark.Position, error) {
+	if pos, ok := s.stored[source]; ok {
+		return pos, nil
+	}
+	var pos tidemark.Position
+	err := tidemark.Retry(ctx, "read checkpoint of "+source, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+		var err error
+		_, pos, _, err = s.readCheckpoint(ctx, source)
+		return err
+	})
+	if err != nil {
+		return tidemark.Position{}, err
+	}
+	s.stored[source] = pos
+	return pos, nil
+}
+
+// Apply publishes the batch's changes and its checkpoint record, and
+// returns when they are acknowledged (committed, with ExactlyOnce). It
+// blocks while the producer's buffers are full.
+//
+// With ExactlyOnce, the records and the checkpoint commit in one
+// transaction, so when Apply returns nil all of them are committed, and when
+// it returns an error none is — or the sink has read the checkpoint back
+// after a commit whose answer was lost and found it committed (then it
+// returns nil). A transaction that fails with an error that aborting can fix
+// is aborted and republished whole (cfg.Retry); records are never skipped.
+// Without ExactlyOnce, a failed batch is republished whole, and records
+// acknowledged before the failure are then published twice.
+//
+// A batch whose checkpoint is not newer than the sink's stored checkpoint is
+// dropped whole and counted as Skipped: every change before that checkpoint
+// is already published. Only a replay brings such a batch: in a
+// tidemark.Fanout, after a crash between two sinks' commits, the pipeline
+// resumes from the older sink's checkpoint and the other sink sees batches
+// it has. A batch without a checkpoint (part of a transaction larger than a
+// batch) cannot be placed and is always published.
+//
+// An error that wraps ErrFenced means another instance took over the
+// transactional id; every later call fails with it.
+func (s *Sink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStats, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fenced != nil {
+		return tidemark.ApplyStats{}, s.fenced
+	}
+	if b.Source == "" {
+		return tidemark.ApplyStats{}, errors.New("apply batch: source: required")
+	}
+	if len(b.Changes) == 0 && b.Checkpoint.IsZero() {
+		return tidemark.ApplyStats{}, nil
+	}
+	stored, err := s.storedCheckpoint(ctx, b.Source)
+	if err != nil {
+		return tidemark.ApplyStats{}, err
+	}
+	if !b.Checkpoint.IsZero() && !stored.IsZero() {
+		if c, err := b.Checkpoint.Compare(stored); err == nil && c <= 0 {
+			if len(b.Changes) > 0 {
+				s.log.Info("skipping batch already published", "source", b.Source, "checkpoint", b.Checkpoint.String(), "stored", stored.String(), "changes", len(b.Changes))
+			}
+			return tidemark.ApplyStats{Skipped: len(b.Changes)}, nil
+		}
+	}
+	enc, stats, err := s.encode(ctx, b)
+	if err != nil {
+		return tidemark.ApplyStats{}, err
+	}
+	if s.cfg.ExactlyOnce {
+		err = s.publishTxn(ctx, b, enc, stored)
+	} else {
+		err = s.publish(ctx, b, enc)
+	}
+	if err != nil {
+		if s.fenced != nil {
+			return tidemark.ApplyStats{}, s.fenced
+		}
+		return tidemark.ApplyStats{}, err
+	}
+	return stats, nil
+}
+
+// publish is at-least-once delivery: the batch's records, then, once all are
+// acknowledged, the checkpoint record.
+func (s *Sink) publish(ctx context.Context, b *tidemark.Batch, enc *encodedBatch) error {
+	if len(enc.recs) > 0 {
+		err := tidemark.Retry(ctx, "publish batch", s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+			return s.produceAll(ctx, enc.records(0))
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if b.Checkpoint.IsZero() {
+		return nil
+	}
+	if s.hookBeforeCommit != nil {
+		if err := s.hookBeforeCommit(); err != nil {
+			return err
+		}
+	}
+	err := tidemark.Retry(ctx, "publish checkpoint", s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+		rec := s.checkpointRecord(b.Source, checkpoint{Position: b.Checkpoint.String(), Batch: s.nextBatchID()})
+		return s.produceAll(ctx, []kgo.Record{rec})
+	})
+	if err != nil {
+		return err
+	}
+	s.stored[b.Source] = b.Checkpoint
+	if s.hookAfterCommit != nil {
+		return s.hookAfterCommit()
+	}
+	return nil
+}
+
+// publishTxn is exactly-once delivery: the records and the checkpoint record
+// in one transaction, retried whole.
+func (s *Sink) publishTxn(ctx context.Context, b *tidemark.Batch, enc *encodedBatch, stored tidemark.Position) error {
+	pos := b.Checkpoint
+	if pos.IsZero() {
+		// Part of a split transaction: the checkpoint stays where it
+		// is, but the record still marks this transaction as ours.
+		pos = stored
+	}
+	err := tidemark.Retry(ctx, "publish batch in a transaction", s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+		err := s.attemptTxn(ctx, b.Source, enc, checkpoint{Position: pos.String(), Batch: s.nextBatchID()})
+		if isFenced(err) && s.fenced == nil {
+			s.fenced = &fencedError{txnID: s.cfg.TransactionalID, err: err}
+		}
+		return err
+	})
+	if err != nil {
+		var unresolved *unresolvedCommitError
+		if errors.As(err, &unresolved) {
+			delete(s.stored, b.Source) // unknown: read again before the next batch
+		}
+		return err
+	}
+	s.stored[b.Source] = pos
+	return nil
+}
+
+// attemptTxn publishes one transaction and commits it. After a failed
+// commit it learns the outcome: it aborts (after a commit that got no
+// answer, franz-go first reloads the producer id, which makes the broker
+// finish or fence the transaction) and reads the checkpoint back: if the
+// record of this attempt is there, the transaction committed.
+func (s *Sink) attemptTxn(ctx context.Context, source string, enc *encodedBatch, cp checkpoint) error {
+	if s.txnOpen {
+		if err := s.abort(ctx); err != nil {
+			return err
+		}
+	}
+	if err := s.cl.BeginTransaction(); err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	s.txnOpen = true
+	recs := append(enc.records(1), s.checkpointRecord(source, cp))
+	if err := s.produceAll(ctx, recs); err != nil {
+		if isFenced(err) {
+			return err
+		}
+		if aerr := s.abort(ctx); aerr != nil {
+			return errors.Join(err, aerr)
+		}
+		return err
+	}
+	if s.hookBeforeCommit != nil {
+		if err := s.hookBeforeCommit(); err != nil {
+			return err
+		}
+	}
+	pid, epoch, _ := s.cl.ProducerID(ctx) // loaded: the records were produced with it
+	err := s.cl.EndTransaction(ctx, kgo.TryCommit)
+	if s.hookCommitResult != nil {
+		err = s.hookCommitResult(err)
+	}
+	if err == nil {
+		s.txnOpen = false
+		if s.hookAfterCommit != nil {
+			return s.hookAfterCommit()
+		}
+		return nil
+	}
+	err = fmt.Errorf("commit transaction: %w", err)
+	if isFenced(err) || s.epochMoved(ctx, err, pid, epoch) {
+		return &fencedError{txnID: s.cfg.TransactionalID, err: err}
+	}
+	if aerr := s.abort(ctx); aerr != nil {
+		if isFenced(aerr) {
+			return aerr
+		}
+		return &unresolvedCommitError{commitErr: err, readErr: aerr}
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resolveTimeout)
+	defer cancel()
+	var got checkpoint
+	rerr := tidemark.Retry(rctx, "read checkpoint back", s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+		var err error
+		got, _, _, err = s.readCheckpoint(ctx, source)
+		return err
+	})
+	if rerr != nil {
+		return &unresolvedCommitError{commitErr: err, readErr: rerr}
+	}
+	if got.Batch == cp.Batch {
+		s.log.Info("commit reported an error but took effect (checkpoint read back)", "source", source, "err", err)
+		return nil
+	}
+	return fmt.Errorf("%w (verified not committed)", err)
+}
+
+// epochMoved reports whether, after a commit that the broker refused, the
+// transactional id's producer epoch has moved past the one this sink
+// committed with: another instance initialized the id (Kafka answers
+// PRODUCER_FENCED then, but a broker that sees no transaction left may
+// answer INVALID_TXN_STATE), or the broker aborted the transaction after
+// transaction_timeout. Either way this producer is fenced.
+func (s *Sink) epochMoved(ctx context.Context, err error, pid int64, epoch int16) bool {
+	var ke *kerr.Error
+	if !errors.As(err, &ke) || ke.Retriable || ke == kerr.UnknownServerError {
+		return false // no answer, or a transient one: not a refusal
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
+	defer cancel()
+	txns, derr := s.adm.DescribeTransactions(ctx, s.cfg.TransactionalID)
+	if derr != nil {
+		return false
+	}
+	d, derr := txns.On(s.cfg.TransactionalID, nil)
+	if derr != nil || d.Err != nil {
+		return false
+	}
+	return d.ProducerID != pid || d.ProducerEpoch > epoch
+}
+
+// abort ends the open transaction with an abort, after failing whatever is
+// still buffered. It runs with its own deadline even when ctx is done.
+func (s *Sink) abort(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
+	defer cancel()
+	if err := s.cl.AbortBufferedRecords(ctx); err != nil {
+		return fmt.Errorf("abort transaction: %w", err)
+	}
+	// A fenced producer must not try to recover its id: that would
+	// re-initialize the transactional id and fence the newer instance.
+	if _, _, err := s.cl.ProducerID(ctx); isFenced(err) {
+		return fmt.Errorf("abort transaction: %w", err)
+	}
+	if err := s.cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		return fmt.Errorf("abort transaction: %w", err)
+	}
+	s.txnOpen = false
+	return nil
+}
+
+// produceAll produces recs and waits until every one is acknowledged or
+// failed; it returns the first failure. Produce blocks while the buffers
+// are full.
+func (s *Sink) produceAll(ctx context.Context, recs []kgo.Record) error {
+	var (
+		mu    sync.Mutex
+		first error
+	)
+	promise := func(r *kgo.Record, err error) {
+		if err != nil {
+			mu.Lock()
+			if first == nil {
+				first = fmt.Errorf("produce to %s: %w", r.Topic, err)
+			}
+			mu.Unlock()
+		}
+	}
+	for i := range recs {
+		s.cl.Produce(ctx, &recs[i], promise)
+	}
+	if err := s.cl.Flush(ctx); err != nil {
+		return fmt.Errorf("flush records: %w", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return first
+}
+
+func (s *Sink) checkpointRecord(source string, cp checkpoint) kgo.Record {
+	return kgo.Record{Topic: s.cfg.CheckpointTopic, Key: []byte(source), Value: cp.append(nil)}
+}
+
+func (s *Sink) nextBatchID() string {
+	s.attempts++
+	return s.instance + "-" + strconv.FormatUint(s.attempts, 10)
+}
+
+const (
+	// resolveTimeout bounds reading the checkpoint back after a commit
+	// that got no answer.
+	resolveTimeout = 30 * time.Second
+	// abortTimeout bounds aborting a transaction.
+	abortTimeout = 30 * time.Second
+)

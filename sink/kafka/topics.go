@@ -1,0 +1,123 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"tidemark"
+)
+
+// The placeholders of Config.TopicTemplate.
+var placeholders = []string{"{prefix}", "{source}", "{database}", "{table}"}
+
+// checkTemplate rejects a template with an unknown placeholder or one that
+// cannot give a valid topic name.
+func checkTemplate(t string) error {
+	rest := t
+	for _, p := range placeholders {
+		rest = strings.ReplaceAll(rest, p, "x")
+	}
+	if i := strings.IndexAny(rest, "{}"); i >= 0 {
+		return fmt.Errorf("unknown placeholder in %q (want %s)", t, strings.Join(placeholders, ", "))
+	}
+	if !validTopic(sanitizeTopic(rest)) {
+		return fmt.Errorf("%q cannot give a valid topic name", t)
+	}
+	return nil
+}
+
+// validTopic reports whether Kafka accepts name as a topic name.
+func validTopic(name string) bool {
+	if name == "" || name == "." || name == ".." || len(name) > 249 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if !topicChar(name[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func topicChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+}
+
+// sanitizeTopic replaces every byte Kafka does not allow in a topic name by
+// '_' (a multi-byte UTF-8 character becomes one '_' per byte).
+func sanitizeTopic(s string) string {
+	for i := 0; i < len(s); i++ {
+		if !topicChar(s[i]) {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if !topicChar(b[j]) {
+					b[j] = '_'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}
+
+// topicName fills the template for a table of a source.
+func (c *Config) topicName(source string, id tidemark.TableID) (string, error) {
+	r := strings.NewReplacer("{prefix}", c.TopicPrefix, "{source}", source, "{database}", id.Database, "{table}", id.Name)
+	name := sanitizeTopic(r.Replace(c.TopicTemplate))
+	if !validTopic(name) {
+		return "", fmt.Errorf("name topic of %s: template %q gives %q, which is not a valid topic name", id, c.TopicTemplate, name)
+	}
+	return name, nil
+}
+
+// topicFor returns the topic of a table, checking that no two tables (and
+// not the checkpoint topic) share it, and creating it on first sight when
+// configured. Callers hold s.mu.
+func (s *Sink) topicFor(ctx context.Context, source string, id tidemark.TableID) (string, error) {
+	k := topicKey{source, id}
+	if t, ok := s.topics[k]; ok {
+		return t, nil
+	}
+	name, err := s.cfg.topicName(source, id)
+	if err != nil {
+		return "", err
+	}
+	if name == s.cfg.CheckpointTopic {
+		return "", fmt.Errorf("name topic of %s: %q is the checkpoint topic", id, name)
+	}
+	if other, ok := s.topicOwner[name]; ok && other != k {
+		return "", fmt.Errorf("name topic of %s: %q is also the topic of %s (source %s); change topic_template", id, name, other.id, other.source)
+	}
+	if s.cfg.CreateTopics {
+		if err := s.createTopic(ctx, name, s.cfg.Partitions, s.cfg.TopicConfigs); err != nil {
+			return "", err
+		}
+	}
+	s.topics[k] = name
+	s.topicOwner[name] = k
+	return name, nil
+}
+
+type topicKey struct {
+	source string
+	id     tidemark.TableID
+}
+
+// createTopic creates a topic unless it exists, retrying transient errors.
+func (s *Sink) createTopic(ctx context.Context, name string, partitions int32, configs map[string]string) error {
+	cfgs := make(map[string]*string, len(configs))
+	for k, v := range configs {
+		cfgs[k] = &v
+	}
+	return tidemark.Retry(ctx, "create topic "+name, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+		_, err := s.adm.CreateTopic(ctx, partitions, s.cfg.ReplicationFactor, cfgs, name)
+		if errors.Is(err, kerr.TopicAlreadyExists) {
+			return nil
+		}
+		return err
+	})
+}
