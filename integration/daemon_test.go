@@ -6,84 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"tidemark"
 	"tidemark/integration/harness"
 )
 
-// TestKillNineUnderLoad kills the daemon with SIGKILL at random moments
-// while a mixed workload runs, restarts it each time, and checks that the
-// target ends equal to the source (row-level checksum, no duplicate business
-// key) and that the stored checkpoint never moved backwards.
-func TestKillNineUnderLoad(t *testing.T) {
-	f := newFixture(t)
-	db := randName("it_kill_")
-	source := db
-	f.dropLater(t, db, source)
-	start, err := harness.SourcePosition(f.my)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The workload has its own connection: it runs concurrently.
-	wmy, err := f.env.MySQL()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wmy.Close()
-	w := &harness.Workload{My: wmy, Database: db, Zone: "Asia/Kolkata", Rand: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3)), BigTxRows: 300}
-	if err := w.Setup(); err != nil {
-		t.Fatal(err)
-	}
-	stopLoad := make(chan struct{})
-	loadErr := make(chan error, 1)
-	go func() {
-		for {
-			select {
-			case <-stopLoad:
-				loadErr <- nil
-				return
-			default:
-			}
-			if err := w.Step(); err != nil {
-				loadErr <- err
-				return
-			}
-		}
-	}()
-	cfg := f.configYAML(t, source, db, db, "Asia/Kolkata", start)
-	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
-	const kills = 12
-	var last tidemark.Position
-	for i := 0; i < kills; i++ {
-		d := f.startDaemon(t, cfg)
-		time.Sleep(time.Duration(150+rnd.IntN(900)) * time.Millisecond)
-		d.kill()
-		p, ok, err := harness.StoredCheckpoint(f.ctx, f.pg, "", source)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok {
-			if c, err := p.Compare(last); err != nil || c < 0 {
-				t.Fatalf("kill %d: checkpoint moved backwards from %v to %v (%v)", i, last, p, err)
-			}
-			last = p
-		}
-	}
-	close(stopLoad)
-	if err := <-loadErr; err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("workload: %+v; checkpoint after %d kills: %v", w.Stats, kills, last)
-	d := f.startDaemon(t, cfg)
-	f.waitCaughtUp(t, source, d)
-	if code := d.stop(t); code != 0 {
-		t.Fatalf("exit code %d after SIGTERM; stderr:\n%s", code, d.stderr.String())
-	}
-	diff := f.compare(t, harness.TableSpec{Database: db, Table: "orders", SourceZone: "Asia/Kolkata"})
-	t.Logf("after %d kills: %s", kills, diff)
-	if !strings.Contains(d.stderr.String(), "stopped cleanly") {
-		t.Fatalf("no clean-stop log line:\n%s", d.stderr.String())
-	}
-}
+// The kill -9 scenario (F1) lives in rel_kill_test.go with the rest of the
+// reliability suite.
 
 // TestHostTimeZoneDoesNotLeak replicates the same workload twice, with the
 // daemon under TZ=Asia/Kolkata and under TZ=UTC, into two target schemas,

@@ -134,7 +134,8 @@ log:
 type daemonProc struct {
 	cmd    *exec.Cmd
 	stderr *lockedWriter
-	done   chan error
+	done   chan error    // receives Wait's result once
+	waited chan struct{} // closed when the process has exited
 }
 
 func (f *fixture) startDaemon(t *testing.T, config string, extraEnv ...string) *daemonProc {
@@ -147,8 +148,12 @@ func (f *fixture) startDaemon(t *testing.T, config string, extraEnv ...string) *
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	d := &daemonProc{cmd: cmd, stderr: lw, done: make(chan error, 1)}
-	go func() { d.done <- cmd.Wait() }()
+	d := &daemonProc{cmd: cmd, stderr: lw, done: make(chan error, 1), waited: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		close(d.waited)
+		d.done <- err
+	}()
 	return d
 }
 
@@ -157,7 +162,7 @@ func (d *daemonProc) stop(t *testing.T) int {
 	t.Helper()
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-d.done:
+	case <-d.waited:
 	case <-time.After(60 * time.Second):
 		_ = d.cmd.Process.Kill()
 		t.Fatalf("daemon did not stop on SIGTERM; stderr:\n%s", d.stderr.String())
@@ -167,7 +172,7 @@ func (d *daemonProc) stop(t *testing.T) int {
 
 func (d *daemonProc) kill() {
 	_ = d.cmd.Process.Signal(syscall.SIGKILL)
-	<-d.done
+	<-d.waited
 }
 
 func (f *fixture) compare(t *testing.T, spec harness.TableSpec) *harness.Diff {
