@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -129,6 +130,10 @@ func (s *Sink) readCheckpoint(ctx context.Context, source string) (checkpoint, t
 // end (exclusive) and returns the last committed record with key source.
 // orphan reports a commit marker whose transaction began below lo.
 func (s *Sink) scanCheckpoints(ctx context.Context, lo, end int64, source string) (last *kgo.Record, orphan bool, err error) {
+	// The records up to end exist, so this is quick unless the broker is
+	// unreachable or the tail was removed (the caller retries).
+	ctx, cancel := context.WithTimeout(ctx, scanTimeout)
+	defer cancel()
 	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(s.cfg.Brokers...),
 		kgo.ClientID(s.cfg.ClientID),
@@ -148,7 +153,7 @@ func (s *Sink) scanCheckpoints(ctx context.Context, lo, end int64, source string
 	for {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return nil, false, err
+			return nil, false, fmt.Errorf("read checkpoint topic %s/0 from %d to %d: %w", s.cfg.CheckpointTopic, lo, end, err)
 		}
 		var ferr error
 		fs.EachError(func(t string, p int32, err error) {
@@ -193,6 +198,9 @@ func (s *Sink) scanCheckpoints(ctx context.Context, lo, end int64, source string
 		}
 	}
 }
+
+// scanTimeout bounds one scan of the checkpoint topic.
+const scanTimeout = 30 * time.Second
 
 const (
 	controlAbort  = 0

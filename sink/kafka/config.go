@@ -73,11 +73,13 @@ type Config struct {
 	TopicConfigs map[string]string
 
 	// MaxBufferedRecords bounds the records buffered in the producer
-	// (default 10000); MaxBufferedBytes bounds their bytes (default 64
-	// MiB). A full buffer blocks Apply, which blocks the pipeline and the
-	// binlog reader behind it.
+	// (default 10000). A full buffer blocks Apply, which blocks the
+	// pipeline and the binlog reader behind it.
 	MaxBufferedRecords int
-	MaxBufferedBytes   int
+	// MaxBufferedBytes bounds the bytes of the buffered records (default
+	// 64 MiB), like MaxBufferedRecords. A single record larger than this
+	// fails with MESSAGE_TOO_LARGE.
+	MaxBufferedBytes int
 	// MaxRecordBytes caps one produced record batch (default 1 MiB,
 	// franz-go's). A change whose envelope is larger fails the batch with
 	// MESSAGE_TOO_LARGE: raise this and the topics' max.message.bytes for
@@ -104,13 +106,20 @@ type Config struct {
 
 // The defaults of Config.
 const (
-	DefaultClientID           = "tidemark"
-	DefaultTopicPrefix        = "tidemark"
-	DefaultTopicTemplate      = "{prefix}.{database}.{table}"
+	// DefaultClientID is Config.ClientID's default.
+	DefaultClientID = "tidemark"
+	// DefaultTopicPrefix is Config.TopicPrefix's default.
+	DefaultTopicPrefix = "tidemark"
+	// DefaultTopicTemplate is Config.TopicTemplate's default.
+	DefaultTopicTemplate = "{prefix}.{database}.{table}"
+	// DefaultTransactionTimeout is Config.TransactionTimeout's default.
 	DefaultTransactionTimeout = 60 * time.Second
+	// DefaultMaxBufferedRecords is Config.MaxBufferedRecords's default.
 	DefaultMaxBufferedRecords = 10000
-	DefaultMaxBufferedBytes   = 64 << 20
-	DefaultMaxRecordBytes     = 1 << 20
+	// DefaultMaxBufferedBytes is Config.MaxBufferedBytes's default.
+	DefaultMaxBufferedBytes = 64 << 20
+	// DefaultMaxRecordBytes is Config.MaxRecordBytes's default.
+	DefaultMaxRecordBytes = 1 << 20
 )
 
 func (c Config) withDefaults() Config {
@@ -165,6 +174,7 @@ type ConfigError struct {
 	Problem string
 }
 
+// Error implements error.
 func (e *ConfigError) Error() string {
 	return "kafka sink config: " + e.Field + ": " + e.Problem
 }

@@ -46,7 +46,7 @@ var crashes = []crash{
 		var produced atomic.Int32
 		c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
 			c.KeepControl()
-			if int(applies.Load()) == crashAt && produced.Add(1) == 2 {
+			if int(applies.Load()) == crashAt && produced.Add(1) == 1 {
 				// The process dies: its connections close, nothing
 				// more is sent, the transaction stays open.
 				go s.cl.Close()

@@ -108,12 +108,17 @@ type topicKey struct {
 }
 
 // createTopic creates a topic unless it exists, retrying transient errors.
+// An existing topic is left as it is.
 func (s *Sink) createTopic(ctx context.Context, name string, partitions int32, configs map[string]string) error {
 	cfgs := make(map[string]*string, len(configs))
 	for k, v := range configs {
 		cfgs[k] = &v
 	}
 	return tidemark.Retry(ctx, "create topic "+name, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+		// Look first: creating needs a permission that using does not.
+		if td, err := s.adm.ListTopics(ctx, name); err == nil && td.Has(name) {
+			return nil
+		}
 		_, err := s.adm.CreateTopic(ctx, partitions, s.cfg.ReplicationFactor, cfgs, name)
 		if errors.Is(err, kerr.TopicAlreadyExists) {
 			return nil
