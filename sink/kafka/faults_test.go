@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"tidemark"
@@ -34,6 +35,7 @@ func TestBrokerFaults(t *testing.T) {
 		mayFail   bool // Apply may return an error (then the batch is applied again)
 		mustRetry bool // the sink itself must have republished a transaction
 		mustLog   string
+		opts      []kgo.Opt // extra client options
 	}{
 		{name: "produce: not leader", eos: []bool{false, true},
 			setup: faults(kfake.Fault{Keys: produce, Err: kerr.NotLeaderForPartition, Count: 10})},
@@ -45,6 +47,9 @@ func TestBrokerFaults(t *testing.T) {
 			setup: faults(kfake.Fault{Keys: produce, Err: kerr.KafkaStorageError, Count: 10})},
 		{name: "produce: connection dropped", eos: []bool{false, true},
 			setup: dropConnections(int16(kmsg.Produce), 5)},
+		{name: "produce: slow broker, client times out", eos: []bool{false, true},
+			opts:  []kgo.Opt{kgo.ProduceRequestTimeout(100 * time.Millisecond), kgo.RequestTimeoutOverhead(100 * time.Millisecond)},
+			setup: slowRequests(int16(kmsg.Produce), 3, 600*time.Millisecond)},
 		{name: "produce: transaction abortable", eos: []bool{true}, mustRetry: true,
 			setup: faults(kfake.Fault{Keys: produce, Err: kerr.TransactionAbortable, Count: 2})},
 		{name: "produce: not authorized (not retryable)", eos: []bool{false, true}, mayFail: true,
@@ -72,6 +77,7 @@ func TestBrokerFaults(t *testing.T) {
 			t.Run(tt.name+map[bool]string{false: "/at-least-once", true: "/exactly-once"}[eos], func(t *testing.T) {
 				c := newCluster(t)
 				cfg := testConfig(t, c, eos)
+				cfg.kgoOpts = append(cfg.kgoOpts, tt.opts...)
 				s := openSink(t, cfg)
 				cfg = s.cfg
 				st := newStream("src", "shop", 150)
@@ -142,6 +148,24 @@ func dropConnections(key int16, n int32) func(t *testing.T, c *kfake.Cluster, s 
 			}
 			c.KeepControl()
 			return nil, errors.New("connection dropped by the test"), true
+		})
+	}
+}
+
+// slowRequests holds the next n requests with the key for d before the
+// broker handles them.
+func slowRequests(key int16, n int32, d time.Duration) func(t *testing.T, c *kfake.Cluster, s *Sink) {
+	return func(t *testing.T, c *kfake.Cluster, s *Sink) {
+		var left atomic.Int32
+		left.Store(n)
+		c.ControlKey(key, func(kmsg.Request) (kmsg.Response, error, bool) {
+			if left.Add(-1) < 0 {
+				c.DropControl()
+				return nil, nil, false
+			}
+			c.KeepControl()
+			c.SleepControl(func() { time.Sleep(d) })
+			return nil, nil, false
 		})
 	}
 }
