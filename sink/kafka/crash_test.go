@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -260,8 +261,12 @@ func TestFencedMidTransaction(t *testing.T) {
 		}
 		return nil
 	}
-	if _, err := a.Apply(context.Background(), bs[1]); !errors.Is(err, ErrFenced) {
+	_, err := a.Apply(context.Background(), bs[1])
+	if !errors.Is(err, ErrFenced) {
 		t.Fatalf("commit after being fenced: err = %v, want ErrFenced", err)
+	}
+	if n := strings.Count(err.Error(), "fenced by another instance with transactional id "+cfg.TransactionalID); n != 1 {
+		t.Errorf("error %q names the fencing %d times", err, n)
 	}
 	pos, _ := checkpointOf(t, b, "src")
 	if pos != bs[0].Checkpoint {

@@ -316,7 +316,11 @@ func (s *Sink) publishTxn(ctx context.Context, b *tidemark.Batch, enc *encodedBa
 	err := tidemark.Retry(ctx, "publish batch in a transaction", s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
 		err := s.attemptTxn(ctx, b.Source, enc, checkpoint{Position: pos.String(), Batch: s.nextBatchID()})
 		if isFenced(err) && s.fenced == nil {
-			s.fenced = &fencedError{txnID: s.cfg.TransactionalID, err: err}
+			fe, ok := errors.AsType[*fencedError](err)
+			if !ok {
+				fe = &fencedError{txnID: s.cfg.TransactionalID, err: err}
+			}
+			s.fenced = fe
 		}
 		return err
 	})
