@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // FanoutTarget is one sink of a Fanout and the name its errors carry
@@ -35,7 +36,10 @@ type Fanout struct {
 	targets []FanoutTarget
 }
 
-var _ Sink = (*Fanout)(nil)
+var (
+	_ Sink           = (*Fanout)(nil)
+	_ WatermarkStore = (*Fanout)(nil)
+)
 
 // NewFanout returns a Fanout over targets, applied in the given order. Names
 // must be non-empty and distinct.
@@ -113,6 +117,32 @@ func (f *Fanout) Checkpoint(ctx context.Context, source string) (Position, bool,
 		}
 		if c < 0 {
 			oldest, from = pos, t.Name
+		}
+	}
+	return oldest, true, nil
+}
+
+// Watermark returns the oldest of the sinks' catch-up watermarks for table,
+// for the same reason Checkpoint returns the oldest position: a catch-up
+// from there reads every row that some sink lacks. A sink that has none for
+// the table, or does not store watermarks (is not a WatermarkStore), makes it
+// none: the catch-up reads the table from the start.
+func (f *Fanout) Watermark(ctx context.Context, source string, table TableID) (time.Time, bool, error) {
+	var oldest time.Time
+	for i, t := range f.targets {
+		ws, ok := t.Sink.(WatermarkStore)
+		if !ok {
+			return time.Time{}, false, nil
+		}
+		w, ok, err := ws.Watermark(ctx, source, table)
+		if err != nil {
+			return time.Time{}, false, fmt.Errorf("read watermark of %s from %s: %w", table, t.Name, err)
+		}
+		if !ok {
+			return time.Time{}, false, nil
+		}
+		if i == 0 || w.Before(oldest) {
+			oldest = w
 		}
 	}
 	return oldest, true, nil

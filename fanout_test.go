@@ -88,6 +88,49 @@ func TestFanoutCheckpointIsTheOldest(t *testing.T) {
 	}
 }
 
+// watermarkSink is a funcSink that also stores watermarks.
+type watermarkSink struct {
+	*funcSink
+	watermark func(ctx context.Context, source string, table tidemark.TableID) (time.Time, bool, error)
+}
+
+func (w *watermarkSink) Watermark(ctx context.Context, source string, table tidemark.TableID) (time.Time, bool, error) {
+	return w.watermark(ctx, source, table)
+}
+
+func marked(t time.Time) *watermarkSink {
+	return &watermarkSink{funcSink: at(pos(1)), watermark: func(context.Context, string, tidemark.TableID) (time.Time, bool, error) {
+		return t, !t.IsZero(), nil
+	}}
+}
+
+func TestFanoutWatermarkIsTheOldest(t *testing.T) {
+	t1 := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name   string
+		sinks  []tidemark.Sink
+		want   time.Time
+		wantOK bool
+	}{
+		{"oldest", []tidemark.Sink{marked(t1.Add(time.Hour)), marked(t1)}, t1, true},
+		{"one has none", []tidemark.Sink{marked(t1), marked(time.Time{})}, time.Time{}, false},
+		{"one stores none", []tidemark.Sink{marked(t1), at(pos(1))}, time.Time{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var targets []tidemark.FanoutTarget
+			for i, s := range tt.sinks {
+				targets = append(targets, tidemark.FanoutTarget{Name: fmt.Sprint(i), Sink: s})
+			}
+			f, _ := tidemark.NewFanout(targets...)
+			got, ok, err := f.Watermark(context.Background(), "src", tidemark.TableID{Database: "d", Name: "t"})
+			if err != nil || ok != tt.wantOK || !got.Equal(tt.want) {
+				t.Errorf("Watermark = %s, %v, %v; want %s, %v", got, ok, err, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
+
 func TestNewFanoutValidates(t *testing.T) {
 	s := at(pos(1))
 	for _, tt := range []struct {

@@ -33,8 +33,8 @@ func benchmarkDelivery(b *testing.B, batchSize int) {
 	eos := openSink(b, testConfig(b, c, true))
 	// Nothing can be read back from a blackholed cluster: start both
 	// sinks as if they had read "no checkpoint".
-	alo.stored["src"] = tidemark.Position{}
-	eos.stored["src"] = tidemark.Position{}
+	alo.stored["src"] = sourceState{}
+	eos.stored["src"] = sourceState{}
 
 	tbl := ordersTable("shop")
 	at := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)

@@ -1,10 +1,13 @@
 package kafka
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -14,14 +17,58 @@ import (
 
 // checkpoint is the value of a checkpoint record:
 //
-//	{"position":"gtid=0-1001-42","batch":"9f3c…-17"}
+//	{"position":"gtid=0-1001-42","batch":"9f3c…-17",
+//	 "watermarks":[{"database":"shop","table":"orders","value":"2026-11-29T10:00:00.123456789Z"}]}
 //
 // Position is tidemark.Position's String form ("" before the first
 // transaction boundary); Batch identifies the producing transaction, so that
 // a commit whose outcome was lost can be recognized when it is read back.
+// Watermarks are the source's per-table catch-up watermarks (UTC, RFC 3339
+// with nanoseconds), all of them in every record, sorted by table; omitted
+// when there are none.
 type checkpoint struct {
-	Position string `json:"position"`
-	Batch    string `json:"batch"`
+	Position   string      `json:"position"`
+	Batch      string      `json:"batch"`
+	Watermarks []watermark `json:"watermarks,omitempty"`
+}
+
+type watermark struct {
+	Database string    `json:"database"`
+	Table    string    `json:"table"`
+	Value    time.Time `json:"value"`
+}
+
+// sourceState is what the sink knows is committed for a source.
+type sourceState struct {
+	pos   tidemark.Position
+	marks map[tidemark.TableID]time.Time
+}
+
+// withWatermarks returns st's watermarks with ws applied (a watermark never
+// moves backwards), as a new map.
+func (st sourceState) withWatermarks(ws []tidemark.Watermark) map[tidemark.TableID]time.Time {
+	if len(ws) == 0 {
+		return st.marks
+	}
+	out := make(map[tidemark.TableID]time.Time, len(st.marks)+len(ws))
+	maps.Copy(out, st.marks)
+	for _, w := range ws {
+		if old, ok := out[w.Table]; !ok || w.Value.After(old) {
+			out[w.Table] = w.Value.UTC()
+		}
+	}
+	return out
+}
+
+func newCheckpoint(pos tidemark.Position, batch string, marks map[tidemark.TableID]time.Time) checkpoint {
+	c := checkpoint{Position: pos.String(), Batch: batch}
+	for id, v := range marks {
+		c.Watermarks = append(c.Watermarks, watermark{Database: id.Database, Table: id.Name, Value: v})
+	}
+	slices.SortFunc(c.Watermarks, func(a, b watermark) int {
+		return cmp.Or(cmp.Compare(a.Database, b.Database), cmp.Compare(a.Table, b.Table))
+	})
+	return c
 }
 
 func (c checkpoint) append(dst []byte) []byte {
@@ -29,19 +76,42 @@ func (c checkpoint) append(dst []byte) []byte {
 	dst = appendString(dst, c.Position)
 	dst = append(dst, `,"batch":`...)
 	dst = appendString(dst, c.Batch)
+	if len(c.Watermarks) > 0 {
+		dst = append(dst, `,"watermarks":[`...)
+		for i, w := range c.Watermarks {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, `{"database":`...)
+			dst = appendString(dst, w.Database)
+			dst = append(dst, `,"table":`...)
+			dst = appendString(dst, w.Table)
+			dst = append(dst, `,"value":"`...)
+			dst = w.Value.UTC().AppendFormat(dst, time.RFC3339Nano)
+			dst = append(dst, `"}`...)
+		}
+		dst = append(dst, ']')
+	}
 	return append(dst, '}')
 }
 
-func parseCheckpoint(source string, value []byte) (checkpoint, tidemark.Position, error) {
+func parseCheckpoint(source string, value []byte) (checkpoint, sourceState, error) {
 	var c checkpoint
 	if err := json.Unmarshal(value, &c); err != nil {
-		return c, tidemark.Position{}, fmt.Errorf("parse checkpoint record of %s: %w", source, err)
+		return c, sourceState{}, fmt.Errorf("parse checkpoint record of %s: %w", source, err)
 	}
 	pos, err := tidemark.ParsePosition(c.Position)
 	if err != nil {
-		return c, tidemark.Position{}, fmt.Errorf("parse checkpoint record of %s: %w", source, err)
+		return c, sourceState{}, fmt.Errorf("parse checkpoint record of %s: %w", source, err)
 	}
-	return c, pos, nil
+	st := sourceState{pos: pos}
+	for _, w := range c.Watermarks {
+		if st.marks == nil {
+			st.marks = map[tidemark.TableID]time.Time{}
+		}
+		st.marks[tidemark.TableID{Database: w.Database, Name: w.Table}] = w.Value.UTC()
+	}
+	return c, st, nil
 }
 
 // checkpointPartitioner sends every record of the checkpoint topic to
@@ -82,46 +152,46 @@ func (partitionZero) Partition(*kgo.Record, int) int       { return 0 }
 // one record to the partition, so a commit marker with no record of its
 // producer in the window means the transaction began below the window: the
 // window then grows. Compaction keeps the newest record of each source.
-func (s *Sink) readCheckpoint(ctx context.Context, source string) (checkpoint, tidemark.Position, bool, error) {
+func (s *Sink) readCheckpoint(ctx context.Context, source string) (checkpoint, sourceState, bool, error) {
 	topic := s.cfg.CheckpointTopic
 	starts, err := s.adm.ListStartOffsets(ctx, topic)
 	if err == nil {
 		err = starts.Error()
 	}
 	if err != nil {
-		return checkpoint{}, tidemark.Position{}, false, fmt.Errorf("list start offset of %s: %w", topic, err)
+		return checkpoint{}, sourceState{}, false, fmt.Errorf("list start offset of %s: %w", topic, err)
 	}
 	ends, err := s.adm.ListEndOffsets(ctx, topic)
 	if err == nil {
 		err = ends.Error()
 	}
 	if err != nil {
-		return checkpoint{}, tidemark.Position{}, false, fmt.Errorf("list end offset of %s: %w", topic, err)
+		return checkpoint{}, sourceState{}, false, fmt.Errorf("list end offset of %s: %w", topic, err)
 	}
 	so, ok1 := starts.Lookup(topic, 0)
 	eo, ok2 := ends.Lookup(topic, 0)
 	if !ok1 || !ok2 {
-		return checkpoint{}, tidemark.Position{}, false, fmt.Errorf("list offsets of %s: no partition 0", topic)
+		return checkpoint{}, sourceState{}, false, fmt.Errorf("list offsets of %s: no partition 0", topic)
 	}
 	start, end := so.Offset, eo.Offset
 	if end <= start {
-		return checkpoint{}, tidemark.Position{}, false, nil
+		return checkpoint{}, sourceState{}, false, nil
 	}
 	for window := int64(64); ; window *= 8 {
 		lo := max(start, end-window)
 		rec, orphan, err := s.scanCheckpoints(ctx, lo, end, source)
 		if err != nil {
-			return checkpoint{}, tidemark.Position{}, false, err
+			return checkpoint{}, sourceState{}, false, err
 		}
 		if (rec != nil && !orphan) || lo == start {
 			if rec == nil {
-				return checkpoint{}, tidemark.Position{}, false, nil
+				return checkpoint{}, sourceState{}, false, nil
 			}
-			c, pos, err := parseCheckpoint(source, rec.Value)
+			c, st, err := parseCheckpoint(source, rec.Value)
 			if err != nil {
-				return checkpoint{}, tidemark.Position{}, false, fmt.Errorf("read checkpoint at %s/0@%d: %w", topic, rec.Offset, err)
+				return checkpoint{}, sourceState{}, false, fmt.Errorf("read checkpoint at %s/0@%d: %w", topic, rec.Offset, err)
 			}
-			return c, pos, true, nil
+			return c, st, true, nil
 		}
 	}
 }

@@ -26,8 +26,10 @@
 // whole because its checkpoint is not newer than the stored one (a replay
 // in a fan-out with another sink; see Apply).
 //
-// Watermarks of a batch are not stored: the Kafka sink has no catch-up
-// state. docs/kafka.md has the details and the consumer's view.
+// The per-table catch-up watermarks of the batches are stored in the
+// checkpoint records (all of a source's watermarks in each), committed with
+// the data, and read back by Watermark. docs/kafka.md has the details and
+// the consumer's view.
 package kafka
 
 import (
@@ -65,9 +67,9 @@ type Sink struct {
 	codecs     map[codecKey]*codec
 	topics     map[topicKey]string
 	topicOwner map[string]topicKey
-	stored     map[string]tidemark.Position // per source: the checkpoint known to be committed (zero: none)
-	txnOpen    bool                         // a transaction was begun and not ended
-	fenced     error                        // sticky: ErrFenced
+	stored     map[string]sourceState // per source: what is known to be committed
+	txnOpen    bool                   // a transaction was begun and not ended
+	fenced     error                  // sticky: ErrFenced
 
 	// Test hooks (nil in production). hookBeforeCommit runs just before
 	// the commit (EndTxn, or the checkpoint record without ExactlyOnce)
@@ -80,7 +82,10 @@ type Sink struct {
 	now              func() time.Time
 }
 
-var _ tidemark.Sink = (*Sink)(nil)
+var (
+	_ tidemark.Sink           = (*Sink)(nil)
+	_ tidemark.WatermarkStore = (*Sink)(nil)
+)
 
 // Open validates cfg, connects, creates the checkpoint topic if it is
 // missing, and with ExactlyOnce initializes the transactional producer:
@@ -124,7 +129,7 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		codecs:     map[codecKey]*codec{},
 		topics:     map[topicKey]string{},
 		topicOwner: map[string]topicKey{},
-		stored:     map[string]tidemark.Position{},
+		stored:     map[string]sourceState{},
 		now:        time.Now,
 	}
 	if err := s.init(ctx); err != nil {
@@ -174,36 +179,44 @@ func (s *Sink) Close() error {
 func (s *Sink) Checkpoint(ctx context.Context, source string) (tidemark.Position, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var pos tidemark.Position
-	err := tidemark.Retry(ctx, "read checkpoint of "+source, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
-		var err error
-		_, pos, _, err = s.readCheckpoint(ctx, source)
-		return err
-	})
+	delete(s.stored, source)
+	st, err := s.state(ctx, source)
 	if err != nil {
 		return tidemark.Position{}, false, err
 	}
-	s.stored[source] = pos
-	return pos, !pos.IsZero(), nil
+	return st.pos, !st.pos.IsZero(), nil
 }
 
-// storedCheckpoint returns the committed checkpoint of source, reading it on
-// first use. Callers hold s.mu.
-func (s *Sink) storedCheckpoint(ctx context.Context, source string) (tidemark.Position, error) {
-	if pos, ok := s.stored[source]; ok {
-		return pos, nil
+// Watermark returns the catch-up watermark last committed for a table of
+// source, and whether there is one (tidemark.WatermarkStore).
+func (s *Sink) Watermark(ctx context.Context, source string, table tidemark.TableID) (time.Time, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, err := s.state(ctx, source)
+	if err != nil {
+		return time.Time{}, false, err
 	}
-	var pos tidemark.Position
+	w, ok := st.marks[table]
+	return w, ok, nil
+}
+
+// state returns what is committed for source, reading the checkpoint topic
+// unless it is known. Callers hold s.mu.
+func (s *Sink) state(ctx context.Context, source string) (sourceState, error) {
+	if st, ok := s.stored[source]; ok {
+		return st, nil
+	}
+	var st sourceState
 	err := tidemark.Retry(ctx, "read checkpoint of "+source, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
 		var err error
-		_, pos, _, err = s.readCheckpoint(ctx, source)
+		_, st, _, err = s.readCheckpoint(ctx, source)
 		return err
 	})
 	if err != nil {
-		return tidemark.Position{}, err
+		return sourceState{}, err
 	}
-	s.stored[source] = pos
-	return pos, nil
+	s.stored[source] = st
+	return st, nil
 }
 
 // Apply publishes the batch's changes and its checkpoint record, and
@@ -238,17 +251,17 @@ func (s *Sink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStat
 	if b.Source == "" {
 		return tidemark.ApplyStats{}, errors.New("apply batch: source: required")
 	}
-	if len(b.Changes) == 0 && b.Checkpoint.IsZero() {
+	if len(b.Changes) == 0 && b.Checkpoint.IsZero() && len(b.Watermarks) == 0 {
 		return tidemark.ApplyStats{}, nil
 	}
-	stored, err := s.storedCheckpoint(ctx, b.Source)
+	stored, err := s.state(ctx, b.Source)
 	if err != nil {
 		return tidemark.ApplyStats{}, err
 	}
-	if !b.Checkpoint.IsZero() && !stored.IsZero() {
-		if c, err := b.Checkpoint.Compare(stored); err == nil && c <= 0 {
+	if !b.Checkpoint.IsZero() && !stored.pos.IsZero() {
+		if c, err := b.Checkpoint.Compare(stored.pos); err == nil && c <= 0 {
 			if len(b.Changes) > 0 {
-				s.log.Info("skipping batch already published", "source", b.Source, "checkpoint", b.Checkpoint.String(), "stored", stored.String(), "changes", len(b.Changes))
+				s.log.Info("skipping batch already published", "source", b.Source, "checkpoint", b.Checkpoint.String(), "stored", stored.pos.String(), "changes", len(b.Changes))
 			}
 			return tidemark.ApplyStats{Skipped: len(b.Changes)}, nil
 		}
@@ -260,7 +273,7 @@ func (s *Sink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStat
 	if s.cfg.ExactlyOnce {
 		err = s.publishTxn(ctx, b, enc, stored)
 	} else {
-		err = s.publish(ctx, b, enc)
+		err = s.publish(ctx, b, enc, stored)
 	}
 	if err != nil {
 		if s.fenced != nil {
@@ -272,8 +285,9 @@ func (s *Sink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStat
 }
 
 // publish is at-least-once delivery: the batch's records, then, once all are
-// acknowledged, the checkpoint record.
-func (s *Sink) publish(ctx context.Context, b *tidemark.Batch, enc *encodedBatch) error {
+// acknowledged, the checkpoint record (when the checkpoint or a watermark
+// moved).
+func (s *Sink) publish(ctx context.Context, b *tidemark.Batch, enc *encodedBatch, stored sourceState) error {
 	if len(enc.recs) > 0 {
 		err := tidemark.Retry(ctx, "publish batch", s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
 			return s.produceAll(ctx, enc.records(0))
@@ -282,8 +296,12 @@ func (s *Sink) publish(ctx context.Context, b *tidemark.Batch, enc *encodedBatch
 			return err
 		}
 	}
-	if b.Checkpoint.IsZero() {
+	if b.Checkpoint.IsZero() && len(b.Watermarks) == 0 {
 		return nil
+	}
+	next := sourceState{pos: b.Checkpoint, marks: stored.withWatermarks(b.Watermarks)}
+	if next.pos.IsZero() {
+		next.pos = stored.pos
 	}
 	if s.hookBeforeCommit != nil {
 		if err := s.hookBeforeCommit(); err != nil {
@@ -291,13 +309,13 @@ func (s *Sink) publish(ctx context.Context, b *tidemark.Batch, enc *encodedBatch
 		}
 	}
 	err := tidemark.Retry(ctx, "publish checkpoint", s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
-		rec := s.checkpointRecord(b.Source, checkpoint{Position: b.Checkpoint.String(), Batch: s.nextBatchID()})
+		rec := s.checkpointRecord(b.Source, newCheckpoint(next.pos, s.nextBatchID(), next.marks))
 		return s.produceAll(ctx, []kgo.Record{rec})
 	})
 	if err != nil {
 		return err
 	}
-	s.stored[b.Source] = b.Checkpoint
+	s.stored[b.Source] = next
 	if s.hookAfterCommit != nil {
 		return s.hookAfterCommit()
 	}
@@ -306,15 +324,15 @@ func (s *Sink) publish(ctx context.Context, b *tidemark.Batch, enc *encodedBatch
 
 // publishTxn is exactly-once delivery: the records and the checkpoint record
 // in one transaction, retried whole.
-func (s *Sink) publishTxn(ctx context.Context, b *tidemark.Batch, enc *encodedBatch, stored tidemark.Position) error {
-	pos := b.Checkpoint
-	if pos.IsZero() {
+func (s *Sink) publishTxn(ctx context.Context, b *tidemark.Batch, enc *encodedBatch, stored sourceState) error {
+	next := sourceState{pos: b.Checkpoint, marks: stored.withWatermarks(b.Watermarks)}
+	if next.pos.IsZero() {
 		// Part of a split transaction: the checkpoint stays where it
 		// is, but the record still marks this transaction as ours.
-		pos = stored
+		next.pos = stored.pos
 	}
 	err := tidemark.Retry(ctx, "publish batch in a transaction", s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
-		err := s.attemptTxn(ctx, b.Source, enc, checkpoint{Position: pos.String(), Batch: s.nextBatchID()})
+		err := s.attemptTxn(ctx, b.Source, enc, newCheckpoint(next.pos, s.nextBatchID(), next.marks))
 		if isFenced(err) && s.fenced == nil {
 			fe, ok := errors.AsType[*fencedError](err)
 			if !ok {
@@ -331,7 +349,7 @@ func (s *Sink) publishTxn(ctx context.Context, b *tidemark.Batch, enc *encodedBa
 		}
 		return err
 	}
-	s.stored[b.Source] = pos
+	s.stored[b.Source] = next
 	return nil
 }
 

@@ -334,3 +334,56 @@ func TestApplyErrors(t *testing.T) {
 		t.Errorf("checkpoint %s stored for a failed batch", pos)
 	}
 }
+
+// TestWatermarks stores catch-up watermarks with the checkpoint and reads
+// them back from a new instance: per table, never backwards, and (with
+// exactly-once) only when the batch committed.
+func TestWatermarks(t *testing.T) {
+	for _, eos := range []bool{false, true} {
+		t.Run(map[bool]string{false: "at-least-once", true: "exactly-once"}[eos], func(t *testing.T) {
+			c := newCluster(t)
+			cfg := testConfig(t, c, eos)
+			s := openSink(t, cfg)
+			cfg = s.cfg
+			orders := tidemark.TableID{Database: "shop", Name: "orders"}
+			items := tidemark.TableID{Database: "shop", Name: "items"}
+			t1 := time.Date(2026, 11, 29, 10, 0, 0, 123456789, time.UTC)
+			st := newStream("src", "shop", 10)
+			bs := st.batches(tidemark.Position{}, 5)
+			bs[0].Watermarks = []tidemark.Watermark{{Table: orders, Value: t1}}
+			apply(t, s, bs[0])
+			// A catch-up chunk with no changes and no position moves only
+			// a watermark; an older one never moves it back.
+			apply(t, s, &tidemark.Batch{Source: "src", Watermarks: []tidemark.Watermark{
+				{Table: items, Value: t1.Add(time.Hour)}, {Table: orders, Value: t1.Add(-time.Hour)}}})
+			if eos {
+				s.hookBeforeCommit = func() error { return errCrash }
+				b := *bs[1]
+				b.Watermarks = []tidemark.Watermark{{Table: orders, Value: t1.Add(48 * time.Hour)}}
+				if _, err := s.Apply(context.Background(), &b); !errors.Is(err, errCrash) {
+					t.Fatalf("crash: %v", err)
+				}
+			}
+			s.Close()
+
+			s2 := openSink(t, cfg)
+			for _, tt := range []struct {
+				id   tidemark.TableID
+				want time.Time
+				ok   bool
+			}{
+				{orders, t1, true},
+				{items, t1.Add(time.Hour), true},
+				{tidemark.TableID{Database: "shop", Name: "other"}, time.Time{}, false},
+			} {
+				got, ok, err := s2.Watermark(context.Background(), "src", tt.id)
+				if err != nil || ok != tt.ok || !got.Equal(tt.want) {
+					t.Errorf("Watermark(%s) = %s, %v, %v; want %s, %v", tt.id, got, ok, err, tt.want, tt.ok)
+				}
+			}
+			if pos, _ := checkpointOf(t, s2, "src"); pos != bs[0].Checkpoint {
+				t.Errorf("checkpoint %s, want %s (a watermark-only batch keeps it)", pos, bs[0].Checkpoint)
+			}
+		})
+	}
+}
