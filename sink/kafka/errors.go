@@ -36,15 +36,16 @@ func isFenced(err error) bool {
 	return errors.Is(err, ErrFenced) || errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch)
 }
 
-// unresolvedCommitError is a commit whose outcome could not be learned by
-// reading the checkpoint back. It is not retried: republishing could
-// duplicate the batch. The restarted pipeline reads the checkpoint first.
+// unresolvedCommitError is a commit whose outcome could not be learned
+// (aborting, or reading the checkpoint back, failed). It is not retried:
+// republishing could duplicate the batch. The restarted pipeline reads the
+// checkpoint first.
 type unresolvedCommitError struct {
-	commitErr, readErr error
+	commitErr, resolveErr error
 }
 
 func (e *unresolvedCommitError) Error() string {
-	return fmt.Sprintf("commit outcome unknown (reading the checkpoint back failed: %v); restart to resume from the stored checkpoint: %v", e.readErr, e.commitErr)
+	return fmt.Sprintf("commit outcome unknown (learning it failed: %v); restart to resume from the stored checkpoint: %v", e.resolveErr, e.commitErr)
 }
 
 func (e *unresolvedCommitError) Unwrap() error { return e.commitErr }

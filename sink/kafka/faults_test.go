@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -213,6 +214,38 @@ func TestOpenAndCheckpointThroughFaults(t *testing.T) {
 	for _, bb := range bs[1:] {
 		apply(t, b, bb)
 	}
+	if dups := checkDelivery(t, st, consume(t, c, topicsOf(cfg, "shop")...)); dups != 0 {
+		t.Fatalf("%d duplicates", dups)
+	}
+}
+
+// TestUnresolvedCommit loses a commit's answer and makes reading the
+// checkpoint back fail: Apply must fail without republishing (that could
+// double the batch), and a restart must resume after the batch, which did
+// commit.
+func TestUnresolvedCommit(t *testing.T) {
+	c := newCluster(t)
+	cfg := testConfig(t, c, true)
+	s := openSink(t, cfg)
+	cfg = s.cfg
+	st := newStream("src", "shop", 40)
+	bs := st.batches(tidemark.Position{}, 5)
+	apply(t, s, bs[0])
+	var h *kfake.FaultHandle
+	s.hookCommitResult = func(err error) error {
+		if err == nil && h == nil {
+			h = c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.ListOffsets}, Err: kerr.TopicAuthorizationFailed, Count: -1})
+			return io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	_, err := s.Apply(context.Background(), bs[1])
+	if err == nil || !strings.Contains(err.Error(), "commit outcome unknown") {
+		t.Fatalf("Apply = %v, want an unresolved commit", err)
+	}
+	h.Remove()
+	s.Close()
+	resume(t, cfg, st)
 	if dups := checkDelivery(t, st, consume(t, c, topicsOf(cfg, "shop")...)); dups != 0 {
 		t.Fatalf("%d duplicates", dups)
 	}

@@ -403,7 +403,7 @@ func (s *Sink) attemptTxn(ctx context.Context, source string, enc *encodedBatch,
 		if isFenced(aerr) {
 			return aerr
 		}
-		return &unresolvedCommitError{commitErr: err, readErr: aerr}
+		return &unresolvedCommitError{commitErr: err, resolveErr: aerr}
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resolveTimeout)
 	defer cancel()
@@ -414,7 +414,7 @@ func (s *Sink) attemptTxn(ctx context.Context, source string, enc *encodedBatch,
 		return err
 	})
 	if rerr != nil {
-		return &unresolvedCommitError{commitErr: err, readErr: rerr}
+		return &unresolvedCommitError{commitErr: err, resolveErr: rerr}
 	}
 	if got.Batch == cp.Batch {
 		s.log.Info("commit reported an error but took effect (checkpoint read back)", "source", source, "err", err)
