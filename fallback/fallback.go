@@ -125,12 +125,11 @@ type Report struct {
 	Took     time.Duration
 }
 
-// Target is what a catch-up writes to: a sink that also reads watermarks
-// and keys.
+// Target is what a catch-up writes to: a sink that also reads its
+// watermarks. Key diffs also need a tidemark.KeyTarget (New's keys).
 type Target interface {
 	tidemark.Sink
 	tidemark.WatermarkStore
-	tidemark.KeyTarget
 }
 
 // CatchUp runs the catch-up algorithm for one source.
@@ -138,6 +137,7 @@ type CatchUp struct {
 	cfg    Config
 	src    tidemark.SnapshotSource
 	target Target
+	keys   tidemark.KeyTarget // nil: no key diff possible
 }
 
 // Validate checks the config and fills in defaults; errors name the field.
@@ -190,15 +190,32 @@ func (cfg *Config) Validate() error {
 	return nil
 }
 
-// New validates cfg and returns a CatchUp.
-func New(cfg Config, src tidemark.SnapshotSource, target Target) (*CatchUp, error) {
+// New validates cfg and returns a CatchUp. The key target lists the
+// target's keys for delete detection (the PostgreSQL sink); by default the
+// target itself when it can. It may be missing when no table is configured
+// with delete_detection: keydiff. Deletes found are applied
+// through target, so every sink behind it receives them.
+func New(cfg Config, src tidemark.SnapshotSource, target Target, keyTargets ...tidemark.KeyTarget) (*CatchUp, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	var keys tidemark.KeyTarget
+	if len(keyTargets) > 0 {
+		keys = keyTargets[0]
+	} else if kt, ok := target.(tidemark.KeyTarget); ok {
+		keys = kt
 	}
 	if src == nil || target == nil {
 		return nil, errors.New("fallback: source and target are required")
 	}
-	return &CatchUp{cfg: cfg, src: src, target: target}, nil
+	if keys == nil {
+		for name, tc := range cfg.Tables {
+			if tc.DeleteDetection == DeletesKeyDiff {
+				return nil, fmt.Errorf("fallback config: tables.%s.delete_detection: keydiff needs a PostgreSQL target to list keys", name)
+			}
+		}
+	}
+	return &CatchUp{cfg: cfg, src: src, target: target, keys: keys}, nil
 }
 
 // Run catches every table up and stores the captured position as the
@@ -363,12 +380,12 @@ func (c *CatchUp) keyDiff(ctx context.Context, snap tidemark.Snapshot, id tidema
 			return err
 		}
 		upTo := kc.Last // nil on the last chunk: to the end of the target
-		ts, err := c.target.KeyRangeSum(ctx, tbl, after, upTo)
+		ts, err := c.keys.KeyRangeSum(ctx, tbl, after, upTo)
 		if err != nil {
 			return err
 		}
 		if ts != kc.Sum {
-			keys, err := c.target.KeysInRange(ctx, tbl, after, upTo)
+			keys, err := c.keys.KeysInRange(ctx, tbl, after, upTo)
 			if err != nil {
 				return err
 			}

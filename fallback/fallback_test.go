@@ -292,3 +292,11 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		}
 	}
 }
+
+func TestKeyDiffNeedsAKeyTarget(t *testing.T) {
+	type sinkOnly struct{ Target }
+	_, err := New(Config{Source: "s", Tables: map[string]TableConfig{"a.b": {DeleteDetection: DeletesKeyDiff}}}, &fakeSource{}, sinkOnly{&fakeTarget{}})
+	if err == nil || !strings.Contains(err.Error(), "delete_detection") {
+		t.Fatalf("err = %v", err)
+	}
+}
