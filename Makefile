@@ -10,7 +10,7 @@ SERVICES := scripts/services.sh
 # Exports TIDEMARK_TEST_* for the running local services; use on the same recipe line.
 WITH_ENV := eval "$$($(SERVICES) env)"
 
-.PHONY: build services test fmt-check vet demo bench bench-fallback down status clean
+.PHONY: build services test test-reliability test-long fmt-check vet demo bench bench-fallback down status clean
 
 build:
 	go build -o bin/tidemark ./cmd/tidemark
@@ -28,6 +28,21 @@ vet:
 # Prerequisites run left to right: services up, gofmt check, go vet; then the tests.
 test: services fmt-check vet
 	$(WITH_ENV) && go test -race -count=1 -p 1 -timeout 40m ./...
+
+# The reliability suite alone (quick profiles, the same as in `make test`), verbose, with
+# each scenario's figures appended to bin/reliability.jsonl (docs/RELIABILITY.md).
+REL_TESTS := TestF[0-9]|TestI6|TestBadConfig|TestCanary|TestTableWithoutKey|TestHostile|TestTemporal|TestHotKey|TestInvariantChecks
+test-reliability: services
+	mkdir -p bin
+	$(WITH_ENV) && TIDEMARK_REL_REPORT=$(CURDIR)/bin/reliability.jsonl \
+		go test -count=1 -p 1 -timeout 40m -run '$(REL_TESTS)' -v ./integration/
+
+# Long profiles of the reliability suite (200 kills, 1M-row transaction, more restarts): the
+# tests named *Long, which skip unless TIDEMARK_LONG=1. Figures go to bin/reliability-long.jsonl.
+test-long: services
+	mkdir -p bin
+	$(WITH_ENV) && TIDEMARK_LONG=1 TIDEMARK_REL_REPORT=$(CURDIR)/bin/reliability-long.jsonl \
+		go test -count=1 -p 1 -timeout 90m -run 'Long$$' -v ./integration/
 
 demo: services
 	$(WITH_ENV) && go run ./cmd/tidemark demo

@@ -59,6 +59,8 @@ type relOpts struct {
 	Extra       string // more top-level YAML (fallback:, batch: ...)
 	NoBatch     bool   // leave the batch section out (Extra has one)
 	Source      []string
+	// TargetSchema is the PostgreSQL schema (default: the database name).
+	TargetSchema string
 }
 
 // relConfig writes a daemon config for database db (all its tables) into
@@ -91,7 +93,10 @@ func (f *fixture) relConfig(t *testing.T, source, db string, o relOpts) string {
 	for _, l := range o.Source {
 		fmt.Fprintf(&b, "  %s\n", l)
 	}
-	fmt.Fprintf(&b, "target:\n  postgres:\n    dsn: ${TM_IT_PG_DSN}\n    schema: %s\n", db)
+	if o.TargetSchema == "" {
+		o.TargetSchema = db
+	}
+	fmt.Fprintf(&b, "target:\n  postgres:\n    dsn: ${TM_IT_PG_DSN}\n    schema: %s\n", o.TargetSchema)
 	if o.DeleteMode != "" {
 		fmt.Fprintf(&b, "    delete_mode: %s\n", o.DeleteMode)
 	}
@@ -697,18 +702,29 @@ CREATE TRIGGER rel_i5 BEFORE INSERT OR UPDATE OR DELETE ON %[5]s FOR EACH ROW EX
 // delete removes it again; allowResurrect accepts those, counted.
 func checkI5(t *testing.T, f *fixture, schema string, allowResurrect bool) (regressions, resurrections int) {
 	t.Helper()
-	rows, err := f.pg.Query(f.ctx, fmt.Sprintf("SELECT tbl, key, kind, old_seq, old_idx, new_seq, new_idx FROM %s.rel_i5 ORDER BY at", pgx.Identifier{schema}.Sanitize()))
+	regressions, resurrections, bad, err := readI5(f, schema, allowResurrect)
 	if err != nil {
 		t.Fatalf("read I5 records: %v", err)
 	}
+	if len(bad) > 0 {
+		t.Errorf("I5: an older version was applied after a newer one (%d regressions, %d resurrections):\n  %s", regressions, resurrections, strings.Join(bad, "\n  "))
+	}
+	return regressions, resurrections
+}
+
+// readI5 returns what the I5 trigger recorded in schema.
+func readI5(f *fixture, schema string, allowResurrect bool) (regressions, resurrections int, bad []string, err error) {
+	rows, err := f.pg.Query(f.ctx, fmt.Sprintf("SELECT tbl, key, kind, old_seq, old_idx, new_seq, new_idx FROM %s.rel_i5 ORDER BY at", pgx.Identifier{schema}.Sanitize()))
+	if err != nil {
+		return 0, 0, nil, err
+	}
 	defer rows.Close()
-	var bad []string
 	for rows.Next() {
 		var tbl, key, kind string
 		var os, ns int64
 		var oi, ni int32
 		if err := rows.Scan(&tbl, &key, &kind, &os, &oi, &ns, &ni); err != nil {
-			t.Fatal(err)
+			return 0, 0, nil, err
 		}
 		if kind == "insert after newer delete" {
 			resurrections++
@@ -722,13 +738,7 @@ func checkI5(t *testing.T, f *fixture, schema string, allowResurrect bool) (regr
 			bad = append(bad, fmt.Sprintf("%s %s: %s: version %d/%d then %d/%d", tbl, key, kind, os, oi, ns, ni))
 		}
 	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if len(bad) > 0 {
-		t.Errorf("I5: an older version was applied after a newer one (%d regressions, %d resurrections):\n  %s", regressions, resurrections, strings.Join(bad, "\n  "))
-	}
-	return regressions, resurrections
+	return regressions, resurrections, bad, rows.Err()
 }
 
 // ---------------------------------------------------------------------------
