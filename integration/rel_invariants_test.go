@@ -24,7 +24,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -804,18 +803,10 @@ func (f *fixture) primaryKey(t *testing.T, db, table string) []string {
 // ---------------------------------------------------------------------------
 // daemon measurements
 
-// maxRSSKiB returns the peak resident set of an exited daemon (getrusage).
-func (d *daemonProc) maxRSSKiB() int64 {
-	if d.cmd.ProcessState == nil {
-		return 0
-	}
-	if ru, ok := d.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		return ru.Maxrss
-	}
-	return 0
-}
-
-// hwmKiB returns VmHWM of a running daemon from /proc (0 if gone).
+// hwmKiB returns VmHWM (peak resident set) of a running daemon from /proc
+// (0 if gone). Read it before stopping or killing the daemon: getrusage's
+// ru_maxrss of a child is no substitute on Linux, because exec records the
+// high-water mark of the image it replaced — the forked test process.
 func (d *daemonProc) hwmKiB() int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
 	if err != nil {

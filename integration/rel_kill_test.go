@@ -55,8 +55,8 @@ func runKillNine(t *testing.T, kills int) {
 		if d.exited() {
 			t.Fatalf("kill %d: the daemon exited by itself:\n%s", i, tail(d.stderr.String(), 40))
 		}
+		peak = max(peak, d.hwmKiB())
 		d.kill()
-		peak = max(peak, d.maxRSSKiB())
 		logs.WriteString(d.stderr.String())
 		d = f.startDaemon(t, cfg)
 	}
@@ -65,10 +65,10 @@ func runKillNine(t *testing.T, kills int) {
 	}
 	led.Stop()
 	recoveries = append(recoveries, f.caughtUpIn(t, db, d, 3*time.Minute))
+	peak = max(peak, d.hwmKiB())
 	if code := d.stop(t); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM; stderr:\n%s", code, tail(d.stderr.String(), 40))
 	}
-	peak = max(peak, d.maxRSSKiB())
 	logs.WriteString(d.stderr.String())
 	if !strings.Contains(d.stderr.String(), "stopped cleanly") {
 		t.Fatalf("no clean-stop log line:\n%s", tail(d.stderr.String(), 20))

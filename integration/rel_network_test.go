@@ -178,7 +178,7 @@ func TestF8NetworkFaults(t *testing.T) {
 	fig["sink_retry_lines"] = countLines(logs, "retrying after transient error")
 	fig["transactions"] = r.w.Stats.Transactions
 	fig["duration_s"] = int(time.Since(r.began).Seconds())
-	fig["peak_rss_mib"] = r.d.maxRSSKiB() / 1024
+	fig["peak_rss_mib"] = r.peak
 	fig["recovery_p50_ms"] = ms(percentile(r.recov, 0.5))
 	fig["recovery_p99_ms"] = ms(percentile(r.recov, 0.99))
 	report(t, "F8", fig)

@@ -26,6 +26,7 @@ type restartRun struct {
 	began  time.Time
 	recov  []time.Duration
 	outage []time.Duration
+	peak   int64 // MiB, VmHWM before the final stop
 }
 
 func startRestartRun(t *testing.T, prefix string, extraEnv ...string) *restartRun {
@@ -69,6 +70,7 @@ func (r *restartRun) finish(t *testing.T) (string, int) {
 		t.Fatalf("the daemon exited instead of recovering:\n%s", tail(r.d.stderr.String(), 40))
 	}
 	r.recov = append(r.recov, f.caughtUpIn(t, r.db, r.d, 3*time.Minute))
+	r.peak = r.d.hwmKiB() / 1024
 	if code := r.d.stop(t); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM; stderr:\n%s", code, tail(r.d.stderr.String(), 40))
 	}
@@ -161,7 +163,7 @@ func runPGRestarts(t *testing.T, restarts int, requireResolution bool) {
 		"recovery_p50_ms": ms(percentile(r.recov, 0.5)), "recovery_p99_ms": ms(percentile(r.recov, 0.99)),
 		"transactions": r.w.Stats.Transactions, "duration_s": int(time.Since(r.began).Seconds()),
 		"workload_reconnects":  r.load.failures,
-		"peak_rss_mib":         r.d.maxRSSKiB() / 1024,
+		"peak_rss_mib":         r.peak,
 		"ledger_unknown_ticks": r.led.unknown,
 	})
 }
@@ -201,7 +203,7 @@ func runMyRestarts(t *testing.T, restarts int) {
 		"outage_p50_ms":   ms(percentile(r.outage, 0.5)),
 		"recovery_p50_ms": ms(percentile(r.recov, 0.5)), "recovery_p99_ms": ms(percentile(r.recov, 0.99)),
 		"transactions": r.w.Stats.Transactions, "duration_s": int(time.Since(r.began).Seconds()),
-		"workload_reconnects": r.load.failures, "peak_rss_mib": r.d.maxRSSKiB() / 1024,
+		"workload_reconnects": r.load.failures, "peak_rss_mib": r.peak,
 	})
 }
 
