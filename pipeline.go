@@ -202,6 +202,10 @@ func (p *Pipeline) Run(ctx context.Context, from Position) error {
 		if pos, err = p.cfg.CatchUp(ctx); err != nil {
 			return fmt.Errorf("catch up %s after a purged position: %w", p.cfg.Source, err)
 		}
+		// The catch-up may have quarantined tables.
+		if err := p.pendingSnapshots(ctx, nil); err != nil {
+			return err
+		}
 		p.cfg.Logger.Info("caught up; resuming the binlog", "source", p.cfg.Source, "position", pos.String())
 	}
 }

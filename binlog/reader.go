@@ -201,7 +201,7 @@ func (r *Reader) table(ctx context.Context, id tidemark.TableID) (*readTable, er
 		dtPrec, _ := res.GetInt(i, 6)
 		charset, _ := res.GetString(i, 7)
 		if err := tidemark.CheckIdentifier("column of "+id.String(), name); err != nil {
-			return nil, fmt.Errorf("read schema of %s: %w", id, err)
+			return nil, undecodable(id, fmt.Errorf("read schema of %s: %w", id, err))
 		}
 		env := &valueEnv{table: id, column: name, zone: r.t.cfg.zoneFor(id, name), zeroDates: r.t.cfg.ZeroDates, stats: &r.t.stats}
 		col := tidemark.Column{Name: name, Nullable: nullable == "YES"}
@@ -260,7 +260,7 @@ func (r *Reader) table(ctx context.Context, id tidemark.TableID) (*readTable, er
 				col.Kind, conv = tidemark.KindText, env.convText(false)
 			}
 		default:
-			return nil, fmt.Errorf("read schema of %s: column %s: unsupported type %s", id, name, dataType)
+			return nil, undecodable(id, fmt.Errorf("read schema of %s: column %s: unsupported type %s", id, name, dataType))
 		}
 		tbl.Columns = append(tbl.Columns, col)
 		rt.conv = append(rt.conv, bytesToString(col.Kind, conv))
@@ -271,7 +271,7 @@ func (r *Reader) table(ctx context.Context, id tidemark.TableID) (*readTable, er
 		for _, c := range cols {
 			k := tbl.ColumnIndex(c)
 			if k < 0 {
-				return nil, fmt.Errorf("read schema of %s: business_keys: column %q not in table", id, c)
+				return nil, undecodable(id, fmt.Errorf("read schema of %s: business_keys: column %q not in table", id, c))
 			}
 			tbl.Key = append(tbl.Key, k)
 		}
@@ -285,18 +285,25 @@ func (r *Reader) table(ctx context.Context, id tidemark.TableID) (*readTable, er
 			n, _ := kr.GetString(i, 0)
 			k := tbl.ColumnIndex(n)
 			if k < 0 {
-				return nil, fmt.Errorf("read schema of %s: exclude_columns: %s is a key column and cannot be excluded", id, n)
+				return nil, undecodable(id, fmt.Errorf("read schema of %s: exclude_columns: %s is a key column and cannot be excluded", id, n))
 			}
 			tbl.Key = append(tbl.Key, k)
 		}
 		if len(tbl.Key) == 0 {
-			return nil, fmt.Errorf("read schema of %s: table has no primary key (configure business_keys for it)", id)
+			return nil, undecodable(id, fmt.Errorf("read schema of %s: table has no primary key (configure business_keys for it)", id))
 		}
 	}
 	r.mu.Lock()
 	r.tables[id] = rt
 	r.mu.Unlock()
 	return rt, nil
+}
+
+// undecodable marks a schema problem of one table (no key, an unsupported
+// type, an invalid column name): a *tidemark.TableError, so that a catch-up
+// quarantines the table instead of failing as a whole, as the Tailer does.
+func undecodable(id tidemark.TableID, err error) error {
+	return &tidemark.TableError{Table: id, Err: fmt.Errorf("%w: %w", err, tidemark.ErrUndecodable)}
 }
 
 // bytesToString adapts a converter to SQL results, where text arrives as

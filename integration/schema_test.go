@@ -424,6 +424,7 @@ func TestFiltersAndColumnExclusion(t *testing.T) {
 		"CREATE TABLE users (id INT PRIMARY KEY, name VARCHAR(20), ssn VARCHAR(11), email VARCHAR(50))",
 		"CREATE TABLE secret_keys (id INT PRIMARY KEY, k VARCHAR(20))",
 		"CREATE TABLE plain (id INT PRIMARY KEY, v INT)",
+		"CREATE TABLE nokey (a INT)", "INSERT INTO nokey VALUES (1)",
 		"INSERT INTO users SELECT seq, CONCAT('user', seq), CONCAT('123-45-', LPAD(seq, 4, '0')), CONCAT('u', seq, '@secret.example') FROM seq_1_to_30",
 		"INSERT INTO secret_keys VALUES (1, 'topsecret')",
 		"INSERT INTO plain SELECT seq, seq FROM seq_1_to_5",
@@ -438,7 +439,7 @@ func TestFiltersAndColumnExclusion(t *testing.T) {
 	f.waitCaughtUp(t, db, d)
 	f.exec(t, "INSERT INTO users VALUES (31, 'new', '999-99-9999', 'new@secret.example')",
 		"UPDATE users SET ssn = '888-88-8888', email = 'x@secret.example', name = 'renamed' WHERE id = 1",
-		"INSERT INTO secret_keys VALUES (2, 'topsecret2')", "INSERT INTO plain VALUES (6, 6)")
+		"INSERT INTO secret_keys VALUES (2, 'topsecret2')", "INSERT INTO plain VALUES (6, 6)", "INSERT INTO nokey VALUES (2)")
 	f.waitCaughtUp(t, db, d)
 	f.compare(t, harness.TableSpec{Database: view, Table: "users", TargetSchema: db, Key: []string{"id"}, SourceZone: "UTC"})
 	f.compareTable(t, db, "plain")
@@ -447,6 +448,11 @@ func TestFiltersAndColumnExclusion(t *testing.T) {
 	}
 	if f.pgTableExists(t, db, "secret_keys") {
 		t.Fatal("an excluded table reached the target")
+	}
+	// A table the source cannot decode (no primary key) is quarantined by
+	// the first-run snapshot; the rest goes on.
+	if mode, reason := f.tableState(t, db, db, "nokey"); mode != "quarantined" || !strings.Contains(reason, "no primary key") {
+		t.Fatalf("nokey: %q %q", mode, reason)
 	}
 	var leaked int
 	if err := f.pg.QueryRow(f.ctx, `SELECT count(*) FROM "`+db+`".users u WHERE row_to_json(u)::text ~ '123-45|secret\.example|999-99|888-88'`).Scan(&leaked); err != nil || leaked != 0 {

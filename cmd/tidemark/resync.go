@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -89,32 +90,63 @@ func catchUpStreaming(ctx context.Context, c *fallback.CatchUp, r *binlog.Reader
 			log.Warn("catch-up leaves out a table that is not streaming", "table", st.Table.String(), "state", string(st.Mode), "reason", st.Reason)
 		}
 	}
-	if len(skip) == 0 {
-		return c.RunReport(ctx, nil)
-	}
-	all, err := r.Tables(ctx)
-	if err != nil {
-		return fallback.Report{}, err
-	}
-	var only []tidemark.TableID
-	for _, id := range all {
-		if !skip[id] {
-			only = append(only, id)
-		}
-	}
-	var rep fallback.Report
-	if len(only) == 0 {
-		if rep.Snapshot, err = r.Capture(ctx); err != nil {
+	for {
+		if len(skip) == 0 {
+			rep, err := c.RunReport(ctx, nil)
+			if ok, qerr := quarantineOn(ctx, err, s, source, skip, log); ok {
+				continue
+			} else if qerr != nil {
+				return rep, qerr
+			}
 			return rep, err
 		}
-	} else if rep, err = c.RunReport(ctx, only); err != nil {
-		return rep, err
+		all, err := r.Tables(ctx)
+		if err != nil {
+			return fallback.Report{}, err
+		}
+		var only []tidemark.TableID
+		for _, id := range all {
+			if !skip[id] {
+				only = append(only, id)
+			}
+		}
+		var rep fallback.Report
+		if len(only) == 0 {
+			if rep.Snapshot, err = r.Capture(ctx); err != nil {
+				return rep, err
+			}
+		} else if rep, err = c.RunReport(ctx, only); err != nil {
+			if ok, qerr := quarantineOn(ctx, err, s, source, skip, log); ok {
+				continue
+			} else if qerr != nil {
+				return rep, qerr
+			}
+			return rep, err
+		}
+		// RunReport with a table list leaves the checkpoint alone.
+		if _, err := s.Apply(ctx, &tidemark.Batch{Source: source, Checkpoint: rep.Snapshot.Position}); err != nil {
+			return rep, fmt.Errorf("catch up %s: store checkpoint %s: %w", source, rep.Snapshot.Position, err)
+		}
+		return rep, nil
 	}
-	// RunReport with a table list leaves the checkpoint alone.
-	if _, err := s.Apply(ctx, &tidemark.Batch{Source: source, Checkpoint: rep.Snapshot.Position}); err != nil {
-		return rep, fmt.Errorf("catch up %s: store checkpoint %s: %w", source, rep.Snapshot.Position, err)
+}
+
+// quarantineOn records the table of a *tidemark.TableError (a table whose
+// schema can no longer be followed) as quarantined and adds it to skip, so
+// that the catch-up is run again without it. It reports whether it did.
+func quarantineOn(ctx context.Context, err error, s *postgres.Sink, source string, skip map[tidemark.TableID]bool, log *slog.Logger) (bool, error) {
+	var te *tidemark.TableError
+	if err == nil || !errors.As(err, &te) || skip[te.Table] {
+		return false, nil
 	}
-	return rep, nil
+	log.Error("table quarantined: its changes are skipped from now on; the other tables continue. Resync it with `tidemark resync --table "+te.Table.String()+"` once the cause is fixed",
+		"table", te.Table.String(), "reason", te.Err.Error())
+	st := tidemark.TableState{Table: te.Table, Mode: tidemark.TableQuarantined, Reason: te.Err.Error()}
+	if err := s.SetTableState(ctx, source, st); err != nil {
+		return false, err
+	}
+	skip[te.Table] = true
+	return true, nil
 }
 
 // tableStateMetric registers tidemark_table_state{table, state} (1 for the
