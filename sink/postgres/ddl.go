@@ -601,32 +601,38 @@ func (s *Sink) applyEvent(ctx context.Context, tx pgx.Tx, source string, ev tide
 		return &tidemark.TableError{Table: ev.Table, Err: fmt.Errorf("%s refused by the configuration (ddl.%s: refuse); the target table %s is kept as it was: %w",
 			stmt, key, qname, tidemark.ErrDDLRefused)}
 	}
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", qname).Scan(&exists); err != nil {
+		return fmt.Errorf("look up %s: %w", qname, err)
+	}
 	switch ev.Op {
 	case tidemark.DDLTruncate:
+		if !exists {
+			return nil // nothing to keep or to truncate
+		}
 		if policy.Truncate != ApplyDDL {
 			return refused("TRUNCATE", "truncate")
 		}
-		var exists bool
-		if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", qname).Scan(&exists); err != nil {
-			return fmt.Errorf("look up %s: %w", qname, err)
-		}
-		if exists {
-			s.log.Info("truncating target table (source TRUNCATE)", "table", qname, "source_table", ev.Table.String())
-			if _, err := tx.Exec(ctx, "TRUNCATE "+qname); err != nil {
-				return fmt.Errorf("truncate %s: %w", qname, err)
-			}
+		s.log.Info("truncating target table (source TRUNCATE)", "table", qname, "source_table", ev.Table.String())
+		if _, err := tx.Exec(ctx, "TRUNCATE "+qname); err != nil {
+			return fmt.Errorf("truncate %s: %w", qname, err)
 		}
 	case tidemark.DDLDropTable:
-		if policy.DropTable != ApplyDDL {
+		// Refused only when there is a target table to keep: a table
+		// created and dropped before any row reached the target (a
+		// staging table, say) is simply forgotten.
+		if exists && policy.DropTable != ApplyDDL {
 			stmt := "DROP TABLE"
 			if ev.Reason != "" {
 				stmt += " (" + ev.Reason + ")"
 			}
 			return refused(stmt, "drop_table")
 		}
-		s.log.Info("dropping target table (source DROP TABLE)", "table", qname, "source_table", ev.Table.String(), "reason", ev.Reason)
-		if _, err := tx.Exec(ctx, "DROP TABLE IF EXISTS "+qname); err != nil {
-			return fmt.Errorf("drop %s: %w", qname, err)
+		if exists {
+			s.log.Info("dropping target table (source DROP TABLE)", "table", qname, "source_table", ev.Table.String(), "reason", ev.Reason)
+			if _, err := tx.Exec(ctx, "DROP TABLE "+qname); err != nil {
+				return fmt.Errorf("drop %s: %w", qname, err)
+			}
 		}
 		if store, ok := s.cfg.Checkpoints.(tidemark.TableStateStore); ok {
 			if err := store.DeleteTableState(ctx, querier{tx}, source, ev.Table); err != nil {
@@ -637,6 +643,9 @@ func (s *Sink) applyEvent(ctx context.Context, tx pgx.Tx, source string, ev tide
 			}
 		}
 	case tidemark.DDLAlterTable:
+		if !exists {
+			return nil
+		}
 		return s.alterEvent(ctx, tx, qname, ev)
 	}
 	return nil

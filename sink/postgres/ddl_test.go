@@ -374,6 +374,13 @@ func TestApplyDDL(t *testing.T) {
 		if got := e.rows("SELECT count(*) FROM " + e.table("t")); got[0] != "1" {
 			t.Fatal("a refused DDL changed the target")
 		}
+		// Without a target table there is nothing to refuse.
+		never := tidemark.TableID{Database: "shop", Name: "never_written"}
+		for _, op := range []tidemark.DDLOp{tidemark.DDLTruncate, tidemark.DDLDropTable} {
+			if err := e.sink.ApplyDDL(ctx, "s", []tidemark.DDLEvent{{Op: op, Table: never}}, tidemark.Position{}); err != nil {
+				t.Fatalf("%s of a table with no target: %v", op, err)
+			}
+		}
 		if pos, _ := e.checkpoint("s"); pos != gtid(1) {
 			t.Fatalf("checkpoint moved to %v with a refused DDL", pos)
 		}
