@@ -103,6 +103,11 @@ func (f *fixture) relConfig(t *testing.T, source, db string, o relOpts) string {
 		b.WriteString("batch:\n  max_delay: 50ms\n")
 	}
 	fmt.Fprintf(&b, "log:\n  level: %s\n", o.Level)
+	if !strings.Contains(o.Extra, "metrics:") {
+		// Daemons run one after another (and other packages' may run at the
+		// same time): no fixed metrics port.
+		b.WriteString("metrics:\n  listen: \"off\"\n")
+	}
 	b.WriteString(o.Extra)
 	p := filepath.Join(t.TempDir(), "tidemark.yaml")
 	if err := os.WriteFile(p, []byte(b.String()), 0o600); err != nil {
