@@ -274,13 +274,18 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 	host, portStr, _ := net.SplitHostPort(t.cfg.Addr)
 	port, _ := strconv.Atoi(portStr)
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
-		ServerID:                t.cfg.ServerID,
-		Flavor:                  t.cfg.Flavor,
-		Host:                    host,
-		Port:                    uint16(port),
-		User:                    t.cfg.User,
-		Password:                t.cfg.Password,
-		ParseTime:               true,
+		ServerID: t.cfg.ServerID,
+		Flavor:   t.cfg.Flavor,
+		Host:     host,
+		Port:     uint16(port),
+		User:     t.cfg.User,
+		Password: t.cfg.Password,
+		// ParseTime would be faster, but go-mysql builds a time.Time with
+		// time.Date, which silently turns an invalid DATETIME stored under
+		// ALLOW_INVALID_DATES ('2026-02-30') into another date
+		// ('2026-03-02'). As text, parseCivil rejects it, naming the column.
+		// TIMESTAMPs arrive as text in UTC (TimestampStringLocation).
+		ParseTime:               false,
 		TimestampStringLocation: time.UTC,
 		HeartbeatPeriod:         t.cfg.Heartbeat,
 		ReadTimeout:             t.cfg.ReadTimeout,
@@ -536,12 +541,27 @@ func (t *Tailer) addRows(ctx context.Context, tx *txState, e *replication.RowsEv
 		copy(grown, tx.changes)
 		tx.changes = grown
 	}
+	// A value that cannot be converted (an invalid date, a DST policy of
+	// "error", zero_dates: error, text that is not UTF-8…) is this table's
+	// problem only: the table is reported (DDLUndecodable, with the error
+	// naming the column) so that the pipeline quarantines it, and its rows
+	// are skipped from here on; the other tables go on.
+	badValue := func(err error) error {
+		var ve *tidemark.ValueError
+		if !errors.As(err, &ve) {
+			return err
+		}
+		t.cfg.Logger.Error("cannot convert a value; the table will be quarantined", "source", t.cfg.Name, "table", ti.table.ID.String(), "err", err)
+		ti.err, ti.skip, ti.reported = err, true, true
+		tx.ddl = append(tx.ddl, tidemark.DDLEvent{Op: tidemark.DDLUndecodable, Table: ti.table.ID, Version: tidemark.Version{Seq: tx.seq}, Reason: err.Error()})
+		return nil
+	}
 	switch e.Type() {
 	case replication.EnumRowsEventTypeInsert:
 		for _, r := range e.Rows {
 			row, n, err := convert(r)
 			if err != nil {
-				return err
+				return badValue(err)
 			}
 			if err := add(tidemark.OpInsert, nil, row, n); err != nil {
 				return err
@@ -551,7 +571,7 @@ func (t *Tailer) addRows(ctx context.Context, tx *txState, e *replication.RowsEv
 		for _, r := range e.Rows {
 			row, n, err := convert(r)
 			if err != nil {
-				return err
+				return badValue(err)
 			}
 			if err := add(tidemark.OpDelete, row, nil, n); err != nil {
 				return err
@@ -564,11 +584,11 @@ func (t *Tailer) addRows(ctx context.Context, tx *txState, e *replication.RowsEv
 		for i := 0; i < len(e.Rows); i += 2 {
 			before, n1, err := convert(e.Rows[i])
 			if err != nil {
-				return err
+				return badValue(err)
 			}
 			after, n2, err := convert(e.Rows[i+1])
 			if err != nil {
-				return err
+				return badValue(err)
 			}
 			if err := add(tidemark.OpUpdate, before, after, n1+n2); err != nil {
 				return err

@@ -379,8 +379,9 @@ func (e *valueEnv) convDate(v any) (any, error) {
 }
 
 // convDateTime interprets a DATETIME (zone-less wall clock) in the column's
-// source zone. go-mysql returns a time.Time labelled UTC that carries the
-// wall digits (ParseTime), or a string for dates before 1970 and zero dates.
+// source zone. The tailer gets text from go-mysql (ParseTime off, so that an
+// invalid date is an error rather than a silently normalized one); a
+// time.Time labelled UTC carrying the wall digits is accepted as well.
 func (e *valueEnv) convDateTime(v any) (any, error) {
 	var wall time.Time
 	switch x := v.(type) {

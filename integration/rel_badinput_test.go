@@ -496,10 +496,19 @@ func TestTemporalEdges(t *testing.T) {
 	if l := logs["_later"]; !strings.Contains(l, "invalid_d.d") {
 		t.Errorf("invalid DATE: no error naming invalid_d.d:\n%s", grepLines(l, "level=ERROR"))
 	}
+	if l := logs["_later"]; !strings.Contains(l, "invalid_dt.dt") {
+		t.Errorf("invalid DATETIME: no error naming invalid_dt.dt:\n%s", grepLines(l, "level=ERROR"))
+	}
 	t.Run("invalid DATETIME is never shifted", func(t *testing.T) {
-		// Known bug (fails as of this commit).
 		var shifted []string
 		for _, s := range []string{"_later", "_earlier"} {
+			var exists bool
+			if err := f.pg.QueryRow(f.ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{db + s, "invalid_dt"}.Sanitize()).Scan(&exists); err != nil {
+				t.Fatal(err)
+			}
+			if !exists {
+				continue // quarantined before anything was written: nothing shifted
+			}
 			for id, v := range pgTimes(t, f, db+s, "invalid_dt", "dt") {
 				if v != "NULL" {
 					shifted = append(shifted, fmt.Sprintf("%s row %d: %s", s, id, v))

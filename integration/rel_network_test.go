@@ -191,7 +191,7 @@ func TestF8NetworkFaults(t *testing.T) {
 // notice within 40 s (a read deadline; the binlog side has read_timeout,
 // 3 × heartbeat) and, once the network heals, catch up.
 //
-// Known bug (fails as of this commit): the PostgreSQL sink sets no
+// Was a bug (fixed with apply_timeout): the PostgreSQL sink set no
 // deadline on a statement or a transaction, pgx has no read timeout, and
 // TCP keepalive cannot help (pgx dials with a 5-minute keepalive, and here
 // the peer's kernel still ACKs), so Apply waits forever for an answer that

@@ -106,7 +106,7 @@ func TestF3PostgresImmediateRestartLong(t *testing.T) {
 // are aimed at a COMMIT in flight; each must be resolved (logged as
 // committed, verified not committed, or unknown and replayed).
 //
-// Known bug (fails as of this commit): pgx v5.12's
+// Was a bug (fixed in commitMayHaveHappened): pgx v5.12's
 // MultiResultReader.NextResult ignores the error of peekMessage, so an EOF
 // while reading COMMIT's answer closes the connection and is reported as
 // pgconn's connLockError "conn closed", whose SafeToRetry() is true;

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -69,7 +70,12 @@ func (s *Sink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStat
 	}
 	var stats tidemark.ApplyStats
 	err = tidemark.Retry(ctx, what, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
-		st, err := s.applyOnce(ctx, b, p)
+		actx, cancel := context.WithTimeout(ctx, s.cfg.ApplyTimeout)
+		defer cancel()
+		st, err := s.applyOnce(actx, b, p)
+		if err != nil && actx.Err() != nil && ctx.Err() == nil {
+			err = fmt.Errorf("no answer within apply_timeout %s (a hung or half-open connection?): %w", s.cfg.ApplyTimeout, err)
+		}
 		if err != nil {
 			return redact(err, s.secret)
 		}
@@ -361,7 +367,10 @@ func (s *Sink) applyOnce(ctx context.Context, b *tidemark.Batch, p *batchPlan) (
 	if !commitMayHaveHappened(err) {
 		return st, fmt.Errorf("commit: %w", err)
 	}
-	committed, rerr := s.resolveCommit(ctx, xid, b)
+	// Resolve with a fresh deadline: the attempt's may be what expired.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ApplyTimeout)
+	defer cancel()
+	committed, rerr := s.resolveCommit(rctx, xid, b)
 	if rerr != nil {
 		return st, &ambiguousCommitError{err: err, resolveErr: redact(rerr, s.secret)}
 	}
@@ -470,11 +479,26 @@ func (s *Sink) resolveCommit(ctx context.Context, xid int64, b *tidemark.Batch) 
 			case status == nil:
 				return s.checkpointCommitted(rctx, b)
 			case *status == "committed":
-				return true, nil
+				// Not proof on its own: after a crash, PostgreSQL hands
+				// out again the transaction ids that were never made
+				// durable, so "committed" may be another transaction
+				// that reused our id. The stored checkpoint decides;
+				// without one the outcome stays unknown and the batch
+				// is replayed (the version guard makes that safe).
+				if b.Checkpoint.IsZero() {
+					return false, fmt.Errorf("transaction %d reports committed, but a batch without a checkpoint cannot confirm it is ours", xid)
+				}
+				return s.checkpointCommitted(rctx, b)
 			case *status == "aborted":
+				// Reliable: had ours committed, its id would have been
+				// durable and never reused.
 				return false, nil
 			}
 			err = fmt.Errorf("transaction %d is still %s", xid, *status)
+		} else if isXidInFuture(err) {
+			// The server restarted and never made our id durable: the
+			// transaction did not commit.
+			return false, nil
 		} else if !retryable(err) {
 			return false, fmt.Errorf("read status of transaction %d: %w", xid, err)
 		}
@@ -500,4 +524,12 @@ func (s *Sink) checkpointCommitted(ctx context.Context, b *tidemark.Batch) (bool
 		return false, err
 	}
 	return ok && pos == b.Checkpoint, nil
+}
+
+// isXidInFuture reports txid_status's "transaction ID … is in the future"
+// (SQLSTATE 22023), which after a crash restart means the id was never
+// made durable.
+func isXidInFuture(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "22023" && strings.Contains(pgErr.Message, "in the future")
 }

@@ -3,6 +3,7 @@ package postgres
 import (
 	"fmt"
 	"log/slog"
+	"time"
 
 	"tidemark"
 )
@@ -47,6 +48,12 @@ type Config struct {
 	// MaxConns caps the connection pool. Default: pgx's (the larger of 4
 	// and the number of CPUs).
 	MaxConns int
+	// ApplyTimeout bounds one attempt to apply a batch (default 30s). pgx
+	// has no read timeout and TCP keepalive does not see a peer whose
+	// kernel still answers, so this deadline is what detects a half-open
+	// connection; the attempt is then retried on a new connection. A
+	// legitimately slow attempt (a locked table) is retried the same way.
+	ApplyTimeout time.Duration
 	// Schema says how the source's schema changes are followed (see
 	// SchemaPolicy and docs/schema-changes.md).
 	Schema SchemaPolicy
@@ -60,6 +67,9 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.Default()
 	}
 	c.Schema = c.Schema.withDefaults()
+	if c.ApplyTimeout <= 0 {
+		c.ApplyTimeout = 30 * time.Second
+	}
 	return c
 }
 

@@ -24,6 +24,11 @@ func retryable(err error) bool {
 	if errors.Is(err, context.Canceled) {
 		return false
 	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		// An attempt's apply_timeout (the caller's own context being done
+		// stops tidemark.Retry before it asks).
+		return true
+	}
 	var amb *ambiguousCommitError
 	if errors.As(err, &amb) {
 		return true
@@ -90,10 +95,14 @@ func commitMayHaveHappened(err error) bool {
 		}
 		return sev == "FATAL" || sev == "PANIC"
 	}
-	if errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, pgx.ErrTxClosed) {
+	if errors.Is(err, pgx.ErrTxCommitRollback) {
 		return false
 	}
-	return !pgconn.SafeToRetry(err)
+	// No answer from the server. pgconn's SafeToRetry cannot be trusted
+	// here: pgx v5.12 reports an EOF while reading COMMIT's answer as a
+	// "conn closed" error that claims nothing was sent. Asking the server
+	// costs nothing on this rare path.
+	return true
 }
 
 // errColumn returns the column a PostgreSQL error is about, when it names

@@ -107,6 +107,34 @@ func TestAmbiguousCommit(t *testing.T) {
 	}
 }
 
+// A batch without a checkpoint (part of a split transaction) cannot prove
+// that a "committed" transaction id is its own (ids can be reissued after a
+// crash), so it is replayed: the data stays right, the second attempt
+// counts the rows as skipped.
+func TestAmbiguousCommitWithoutCheckpointReplays(t *testing.T) {
+	e := newEnv(t)
+	tbl := simpleTable("ambnc")
+	attempts := 0
+	e.sink.hookCommit = func(ctx context.Context, tx pgx.Tx) error {
+		attempts++
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		if attempts == 1 {
+			return errInjectedConnLoss
+		}
+		return nil
+	}
+	st := e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{
+		ins(tbl, v(3, 1), int64(1), "a", nil), ins(tbl, v(3, 2), int64(2), "b", nil)}})
+	if attempts != 2 || st != (tidemark.ApplyStats{Skipped: 2}) {
+		t.Fatalf("%d attempts, stats %+v; want a replay counted as 2 skipped", attempts, st)
+	}
+	if got := e.rows(`SELECT count(*) FROM ` + e.table("ambnc")); got[0] != "2" {
+		t.Errorf("rows = %q", got)
+	}
+}
+
 func TestCheckpointCommittedFallback(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
