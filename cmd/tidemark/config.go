@@ -129,6 +129,10 @@ type ZoneConfig struct {
 // TargetConfig chooses the sinks.
 type TargetConfig struct {
 	Postgres *PostgresConfig `yaml:"postgres"`
+	// Kafka publishes every change to Kafka as well (docs/kafka.md).
+	// PostgreSQL is applied first, Kafka last, and tidemark resumes from
+	// the older of their checkpoints.
+	Kafka *KafkaConfig `yaml:"kafka"`
 }
 
 // PostgresConfig is the PostgreSQL sink.
@@ -242,7 +246,9 @@ func ParseConfig(data []byte, getenv func(string) (string, bool)) (*Config, erro
 			return m
 		})
 		for _, s := range secrets {
-			msg = strings.ReplaceAll(msg, s, "***")
+			if s != "" {
+				msg = strings.ReplaceAll(msg, s, "***")
+			}
 		}
 		return msg
 	}
@@ -335,8 +341,15 @@ func LoadConfig(path string) (*Config, error) {
 // own configs when built).
 func (c *Config) Validate() error {
 	var errs []error
+	if c.Target.Kafka != nil {
+		if err := c.Target.Kafka.Validate(c.Source.Name); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if c.Target.Postgres == nil {
-		errs = append(errs, errors.New("config: target.postgres: required (the only sink so far)"))
+		// The daemon's snapshots, resyncs, table states, verify and
+		// status live in PostgreSQL; Kafka is published in addition.
+		errs = append(errs, errors.New("config: target.postgres: required (target.kafka publishes in addition to PostgreSQL)"))
 	} else if c.Target.Postgres.DSN == "" {
 		errs = append(errs, errors.New("config: target.postgres.dsn: required"))
 	}

@@ -133,3 +133,12 @@ func TestExampleConfigParses(t *testing.T) {
 		t.Fatalf("parsed %+v", cfg)
 	}
 }
+
+func TestEmptyPasswordDoesNotGarbleErrors(t *testing.T) {
+	y := strings.Replace(goodConfig, "password: ${TM_PW}", "password: \"\"", 1)
+	y = strings.Replace(y, "level: debug", "level: loud", 1)
+	_, err := ParseConfig([]byte(y), env(map[string]string{"TM_PW": "x"}))
+	if err == nil || !strings.Contains(err.Error(), "log.level") || strings.Contains(err.Error(), "***") {
+		t.Fatalf("err = %v", err)
+	}
+}

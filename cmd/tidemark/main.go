@@ -175,9 +175,12 @@ func loadConfigFlagWith(name string, args []string, stderr io.Writer, extra func
 
 // daemon is the wired pipeline of one source.
 type daemon struct {
-	tailer   *binlog.Tailer
-	reader   *binlog.Reader
+	tailer *binlog.Tailer
+	reader *binlog.Reader
+	// sink is the PostgreSQL sink (table states, verify, status); target
+	// is what the pipeline applies to: sink, or sink then Kafka.
 	sink     *postgres.Sink
+	target   tidemark.Sink
 	pipeline *tidemark.Pipeline
 	catchUp  *fallback.CatchUp
 	dedupe   *dedupe.Window // nil when disabled
@@ -233,9 +236,24 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 			delete(bars, name)
 		}
 	}
-	catchUp, err := fallback.New(fc, reader, sink)
+	// The pipeline's target: PostgreSQL, or PostgreSQL then Kafka.
+	var target tidemark.Sink = sink
+	if cfg.Target.Kafka != nil {
+		if target, err = withKafka(ctx, sink, cfg.Target.Kafka, bc.Name, log.With("component", "kafka")); err != nil {
+			sink.Close()
+			return nil, err
+		}
+		// Table states, DDL and the source lock stay in PostgreSQL.
+		target = fanoutWithStates{Sink: target, DDLSink: sink, SourceLocker: sink, TableRegistry: sink}
+	}
+	catchTarget, ok := target.(fallback.Target)
+	if !ok {
+		target.Close()
+		return nil, errors.New("wire: the target cannot store catch-up watermarks")
+	}
+	catchUp, err := fallback.New(fc, reader, catchTarget, sink)
 	if err != nil {
-		sink.Close()
+		target.Close()
 		return nil, err
 	}
 	// The catch-up as the pipeline runs it: then the post-load duplicate
@@ -288,20 +306,38 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 		}
 		filter = window
 	}
-	p, err := tidemark.NewPipeline(pc2, tailer, filter, sink)
+	p, err := tidemark.NewPipeline(pc2, tailer, filter, target)
 	if err != nil {
-		sink.Close()
+		target.Close()
 		return nil, err
 	}
 	start, _ := tidemark.ParsePosition(cfg.Source.StartPosition)
-	*d = daemon{tailer: tailer, reader: reader, sink: sink, pipeline: p, catchUp: catchUp, dedupe: window, start: start}
+	*d = daemon{tailer: tailer, reader: reader, sink: sink, target: target, pipeline: p, catchUp: catchUp, dedupe: window, start: start}
 	return d, nil
+}
+
+// fanoutWithStates is the PostgreSQL + Kafka fan-out (tidemark.Fanout);
+// table states, DDL and the per-source lock are PostgreSQL's.
+type fanoutWithStates struct {
+	tidemark.Sink
+	tidemark.DDLSink
+	tidemark.SourceLocker
+	tidemark.TableRegistry
+}
+
+// Watermark implements tidemark.WatermarkStore: the oldest of the sinks'.
+func (f fanoutWithStates) Watermark(ctx context.Context, source string, table tidemark.TableID) (time.Time, bool, error) {
+	ws, ok := f.Sink.(tidemark.WatermarkStore)
+	if !ok {
+		return time.Time{}, false, errors.New("the fan-out cannot read watermarks")
+	}
+	return ws.Watermark(ctx, source, table)
 }
 
 func (d *daemon) Close() {
 	d.tailer.Close()
 	d.reader.Close()
-	d.sink.Close()
+	d.target.Close() // closes the PostgreSQL sink too
 }
 
 func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
@@ -404,7 +440,7 @@ func cmdCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return exitFailed
 	}
 	defer d.Close()
-	pos, ok, err := d.sink.Checkpoint(ctx, cfg.Source.Name)
+	pos, ok, err := d.target.Checkpoint(ctx, cfg.Source.Name)
 	if err != nil {
 		log.Error("read checkpoint failed", "err", err)
 		return exitFailed
