@@ -261,12 +261,17 @@ func (p *Pipeline) applyLoop(ctx context.Context, chunks <-chan Chunk) error {
 		if len(batch.Changes) == 0 && batch.Checkpoint.IsZero() && len(batch.Watermarks) == 0 {
 			return nil
 		}
-		actx := ctx
-		if ctx.Err() != nil {
-			var cancel context.CancelFunc
-			actx, cancel = context.WithTimeout(context.WithoutCancel(ctx), p.cfg.StopTimeout)
-			defer cancel()
-		}
+		// An apply is not interrupted by the stop signal: a cancellation
+		// that arrives while it runs gives it StopTimeout to finish (and
+		// one that came before gives the final apply the same), so a clean
+		// stop never turns into "apply batch: context canceled".
+		actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancel()
+		stopAfter := context.AfterFunc(ctx, func() {
+			t := time.AfterFunc(p.cfg.StopTimeout, cancel)
+			context.AfterFunc(actx, func() { t.Stop() })
+		})
+		defer stopAfter()
 		start := time.Now()
 		// Tables seen for the first time are admitted (and snapshotted
 		// when their target does not exist) before their changes apply.

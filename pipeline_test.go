@@ -226,3 +226,39 @@ func (m *miscountingSink) Apply(ctx context.Context, b *tidemark.Batch) (tidemar
 	s.Inserted--
 	return s, err
 }
+
+// A stop that arrives while a batch is being applied lets the apply finish:
+// Run returns nil and the batch is committed.
+func TestPipelineStopDuringApply(t *testing.T) {
+	started := make(chan struct{})
+	sink := &fakeSink{}
+	slow := &slowSink{fakeSink: sink, started: started}
+	p, _ := tidemark.NewPipeline(tidemark.PipelineConfig{Source: "s", MaxDelay: time.Millisecond}, sourceOf(tidemark.Chunk{Changes: changes(1, 2), Commit: pos(1)}), nil, slow)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx, tidemark.Position{}) }()
+	<-started
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatalf("stop during apply: %v", err)
+	}
+	if sink.checkpoint != pos(1) {
+		t.Fatalf("the batch in flight was not committed: %v", sink.checkpoint)
+	}
+}
+
+type slowSink struct {
+	*fakeSink
+	started chan struct{}
+	once    sync.Once
+}
+
+func (s *slowSink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStats, error) {
+	s.once.Do(func() { close(s.started) })
+	select {
+	case <-ctx.Done():
+		return tidemark.ApplyStats{}, ctx.Err()
+	case <-time.After(200 * time.Millisecond):
+	}
+	return s.fakeSink.Apply(ctx, b)
+}

@@ -138,8 +138,12 @@ func (v *Verifier) Table(ctx context.Context, id tidemark.TableID) (*tidemark.Ta
 		}
 	}
 	t := &tidemark.Table{ID: id}
+	excluded := v.cfg.excludedColumns(id)
 	for i := 0; i < r.RowNumber(); i++ {
 		name, _ := r.GetString(i, 0)
+		if excluded[strings.ToLower(name)] {
+			continue // never replicated (exclude_columns): not compared either
+		}
 		dt, _ := r.GetString(i, 1)
 		ct, _ := r.GetString(i, 2)
 		vNullable, _ := r.GetString(i, 3)

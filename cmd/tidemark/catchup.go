@@ -48,7 +48,14 @@ func cmdCatchup(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		only = append(only, tidemark.TableID{Database: db, Name: name})
 	}
-	rep, err := d.catchUp.RunReport(ctx, only)
+	var rep fallback.Report
+	if len(only) == 0 {
+		// Every table that is streaming (quarantined ones wait for a
+		// resync), then the checkpoint.
+		rep, err = catchUpStreaming(ctx, d.catchUp, d.reader, d.sink, d.target, cfg.Source.Name, log)
+	} else {
+		rep, err = d.catchUp.RunReport(ctx, only)
+	}
 	fallback.SortReport(&rep)
 	printCatchupReport(stdout, rep)
 	if err != nil {

@@ -263,7 +263,7 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 		if err != nil {
 			return tidemark.Position{}, err
 		}
-		rep, err := catchUpStreaming(ctx, catchUp, reader, sink, bc.Name, fc.Logger)
+		rep, err := catchUpStreaming(ctx, catchUp, reader, sink, target, bc.Name, fc.Logger)
 		if err != nil {
 			return rep.Snapshot.Position, err
 		}

@@ -78,7 +78,7 @@ func snapshotTables(c *fallback.CatchUp, r *binlog.Reader, s *postgres.Sink, rep
 // table's changes are skipped until it is resynced, and reading it could
 // only fail on the schema change that quarantined it. It stores the
 // captured position as the checkpoint, like a catch-up of every table.
-func catchUpStreaming(ctx context.Context, c *fallback.CatchUp, r *binlog.Reader, s *postgres.Sink, source string, log *slog.Logger) (fallback.Report, error) {
+func catchUpStreaming(ctx context.Context, c *fallback.CatchUp, r *binlog.Reader, s *postgres.Sink, target tidemark.Sink, source string, log *slog.Logger) (fallback.Report, error) {
 	states, err := s.TableStates(ctx, source)
 	if err != nil {
 		return fallback.Report{}, err
@@ -123,8 +123,10 @@ func catchUpStreaming(ctx context.Context, c *fallback.CatchUp, r *binlog.Reader
 			}
 			return rep, err
 		}
-		// RunReport with a table list leaves the checkpoint alone.
-		if _, err := s.Apply(ctx, &tidemark.Batch{Source: source, Checkpoint: rep.Snapshot.Position}); err != nil {
+		// RunReport with a table list leaves the checkpoint alone. It is
+		// stored through the pipeline's target, so that with Kafka as well
+		// both sinks move (the fan-out resumes from the older one).
+		if _, err := target.Apply(ctx, &tidemark.Batch{Source: source, Checkpoint: rep.Snapshot.Position}); err != nil {
 			return rep, fmt.Errorf("catch up %s: store checkpoint %s: %w", source, rep.Snapshot.Position, err)
 		}
 		return rep, nil

@@ -28,6 +28,9 @@ type StatusTable struct {
 	LastCommit *time.Time `json:"last_source_commit,omitempty"`
 	LastLoaded *time.Time `json:"last_target_commit,omitempty"`
 	LagSeconds *float64   `json:"lag_seconds,omitempty"`
+	// Reason says why a table is not streaming (quarantined, resync,
+	// snapshotting).
+	Reason string `json:"reason,omitempty"`
 }
 
 // StatusRetention is the binlog retention of the checkpoint's file.
@@ -93,7 +96,7 @@ type targetStatus interface {
 
 // buildStatus reads the checkpoint, retention, clocks and tables.
 func buildStatus(ctx context.Context, src sourceStatus, dst targetStatus, source, controlSchema string, schemas []string) (*StatusReport, error) {
-	rep := &StatusReport{Source: source, Note: "mode: tidemark has no per-table state store yet; every table found in the target is reported as streaming"}
+	rep := &StatusReport{Source: source}
 	pos, ok, err := dst.Checkpoint(ctx, source)
 	if err != nil {
 		return nil, err
@@ -185,6 +188,12 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		log.Error("status failed", "err", err)
 		return exitFailed
 	}
+	states, err := sink.TableStates(ctx, bc.Name)
+	if err != nil {
+		log.Error("status failed", "err", err)
+		return exitFailed
+	}
+	applyTableStates(rep, states, cfg.Target.Postgres.Schema)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -241,7 +250,14 @@ func printStatus(w io.Writer, rep *StatusReport) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Table, t.Mode, fmtTime(t.Watermark), rows, fmtTime(t.LastCommit), lag)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\nnote: %s\n", rep.Note)
+	for _, t := range rep.Tables {
+		if t.Reason != "" {
+			fmt.Fprintf(w, "  %s is %s: %s\n", t.Table, t.Mode, t.Reason)
+		}
+	}
+	if rep.Note != "" {
+		fmt.Fprintf(w, "\nnote: %s\n", rep.Note)
+	}
 }
 
 // retentionProbe returns what Metrics.WatchRetention calls in the daemon:
@@ -256,5 +272,30 @@ func retentionProbe(src *binlog.Verifier, sink *postgres.Sink, source string) fu
 			return tidemark.Retention{}, fmt.Errorf("binlog retention of %s: no checkpoint yet", source)
 		}
 		return src.Retention(ctx, pos, time.Now())
+	}
+}
+
+// applyTableStates sets the mode (and reason) of the tables the daemon
+// recorded as not streaming, mapping each source table to its target
+// (targetSchema, or the source database's name). A table with a state but
+// no target table (never loaded, e.g. quarantined on first sight) is
+// listed too.
+func applyTableStates(rep *StatusReport, states []tidemark.TableState, targetSchema string) {
+	for _, st := range states {
+		schema := targetSchema
+		if schema == "" {
+			schema = st.Table.Database
+		}
+		name := schema + "." + st.Table.Name
+		found := false
+		for i := range rep.Tables {
+			if rep.Tables[i].Table == name {
+				rep.Tables[i].Mode, rep.Tables[i].Reason = string(st.Mode), st.Reason
+				found = true
+			}
+		}
+		if !found {
+			rep.Tables = append(rep.Tables, StatusTable{Table: name, Mode: string(st.Mode), Reason: st.Reason, Rows: -1})
+		}
 	}
 }

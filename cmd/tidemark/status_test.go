@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"tidemark"
 )
 
 // holdExpire sets the source's binlog expiry to 30 days (which purges
@@ -120,5 +122,19 @@ func TestStatusRetentionShrinksOnRotation(t *testing.T) {
 		if !strings.Contains(readable, s) {
 			t.Errorf("status output lacks %q:\n%s", s, readable)
 		}
+	}
+}
+
+func TestApplyTableStates(t *testing.T) {
+	rep := &StatusReport{Tables: []StatusTable{{Table: "shop.orders", Mode: modeStreaming}, {Table: "shop.items", Mode: modeStreaming}}}
+	applyTableStates(rep, []tidemark.TableState{
+		{Table: tidemark.TableID{Database: "shop", Name: "orders"}, Mode: tidemark.TableQuarantined, Reason: "narrowed column amount"},
+		{Table: tidemark.TableID{Database: "shop", Name: "nokey"}, Mode: tidemark.TableQuarantined, Reason: "no primary key"},
+	}, "")
+	if rep.Tables[0].Mode != string(tidemark.TableQuarantined) || rep.Tables[0].Reason == "" || rep.Tables[1].Mode != modeStreaming {
+		t.Fatalf("modes %+v", rep.Tables)
+	}
+	if len(rep.Tables) != 3 || rep.Tables[2].Table != "shop.nokey" {
+		t.Fatalf("a quarantined table without a target is not listed: %+v", rep.Tables)
 	}
 }
