@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -280,6 +281,43 @@ func TestSSLModeWarning(t *testing.T) {
 			}
 			if cfg.Password != "" && strings.Contains(out, cfg.Password) {
 				t.Errorf("log leaks the password: %s", out)
+			}
+		})
+	}
+}
+
+// A snapshot row (Index 0) with a newer version but the same values changes
+// nothing, not even _tm_loaded_at; with other values it updates. Binlog
+// changes with the same values still apply (their version matters).
+func TestIdenticalSnapshotRowIsANoOp(t *testing.T) {
+	for _, soft := range []bool{false, true} {
+		t.Run(fmt.Sprintf("soft=%t", soft), func(t *testing.T) {
+			var opts []envOption
+			if soft {
+				opts = append(opts, softDeletes)
+			}
+			e := newEnv(t, opts...)
+			tbl := simpleTable("snapnoop")
+			read := func(ver tidemark.Version, vals ...any) tidemark.Change {
+				return tidemark.Change{Op: tidemark.OpRead, Table: tbl, After: vals, Version: ver, CommitTime: commitT0}
+			}
+			e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(tbl, v(5, 1), int64(1), "a", int64(1))}})
+			before := e.rows(`SELECT _tm_loaded_at::text || _tm_seq::text FROM ` + e.table("snapnoop"))
+			time.Sleep(10 * time.Millisecond)
+			st := e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{read(v(9, 0), int64(1), "a", int64(1))}})
+			if st != (tidemark.ApplyStats{Skipped: 1}) {
+				t.Fatalf("identical snapshot row: %+v, want 1 skipped", st)
+			}
+			if after := e.rows(`SELECT _tm_loaded_at::text || _tm_seq::text FROM ` + e.table("snapnoop")); after[0] != before[0] {
+				t.Fatalf("identical snapshot row changed the target: %s → %s", before[0], after[0])
+			}
+			st = e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{read(v(10, 0), int64(1), "b", int64(1))}})
+			if st != (tidemark.ApplyStats{Updated: 1}) {
+				t.Fatalf("changed snapshot row: %+v, want 1 updated", st)
+			}
+			st = e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{upd(tbl, v(11, 1), row(int64(1), "b", int64(1)), row(int64(1), "b", int64(1)))}})
+			if st != (tidemark.ApplyStats{Updated: 1}) {
+				t.Fatalf("newer binlog change with the same values: %+v, want 1 updated", st)
 			}
 		})
 	}

@@ -209,7 +209,29 @@ func (d *tableDef) buildSQL() {
 				fmt.Sprintf("%s = EXCLUDED.%s", q(colDeletedAt), q(colDeletedAt)))
 		}
 		b.WriteString(strings.Join(set, ", "))
-		fmt.Fprintf(&b, "\nWHERE %s\nRETURNING (t.xmax = 0)", guard)
+		// A row read by a snapshot or catch-up (Version.Index 0) that
+		// finds the same values in the target changes nothing, not even
+		// _tm_loaded_at: re-running a window (the incident's hourly
+		// re-runs) is a no-op even after unrelated writes moved the
+		// snapshot version. Binlog changes always apply when newer.
+		var mine, theirs []string
+		for i := range cols {
+			if !d.keySet[i] {
+				mine = append(mine, "t."+cols[i])
+				theirs = append(theirs, "EXCLUDED."+cols[i])
+			}
+		}
+		if d.soft {
+			mine = append(mine, "t."+q(colDeleted))
+			theirs = append(theirs, "EXCLUDED."+q(colDeleted))
+		}
+		readGuard := ""
+		if len(mine) > 0 {
+			readGuard = fmt.Sprintf(" AND (EXCLUDED.%s <> 0 OR (%s) IS DISTINCT FROM (%s))", q(colIdx), strings.Join(mine, ", "), strings.Join(theirs, ", "))
+		} else {
+			readGuard = fmt.Sprintf(" AND EXCLUDED.%s <> 0", q(colIdx))
+		}
+		fmt.Fprintf(&b, "\nWHERE %s%s\nRETURNING (t.xmax = 0)", guard, readGuard)
 		if d.soft {
 			fmt.Fprintf(&b, ", t.%s", q(colDeleted))
 		}
