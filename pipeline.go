@@ -220,14 +220,32 @@ func (p *Pipeline) stream(ctx context.Context, pos Position) error {
 		defer close(chunks)
 		srcErr <- p.source.Stream(srcCtx, pos, chunks)
 	}()
+	// The filter runs in its own stage, so that it overlaps with the
+	// sink's work (the apply loop mostly waits for the database). Chunks
+	// keep their order; the filter is called from this one goroutine.
+	in := (<-chan Chunk)(chunks)
+	if p.filter != nil {
+		filtered := make(chan Chunk, p.cfg.QueueChunks)
+		go func() {
+			defer close(filtered)
+			for ch := range chunks {
+				if len(ch.Changes) > 0 {
+					ch.Changes = p.filter.Filter(ch.Changes)
+				}
+				filtered <- ch // the apply loop, or the drain below, reads it
+			}
+		}()
+		in = filtered
+	}
 
-	applyErr := p.applyLoop(ctx, chunks)
+	applyErr := p.applyLoop(ctx, in)
 	if errors.Is(applyErr, errStopNow) {
 		applyErr = nil
 	}
 	stopSource()
-	// Drain so the source goroutine can exit, then join it.
-	for range chunks {
+	// Drain so the source (and filter) goroutines can exit, then join the
+	// source.
+	for range in {
 	}
 	serr := <-srcErr
 	if applyErr != nil {
@@ -337,10 +355,7 @@ func (p *Pipeline) applyLoop(ctx context.Context, chunks <-chan Chunk) error {
 					}
 				}
 			}
-			changes := ch.Changes
-			if p.filter != nil && len(changes) > 0 {
-				changes = p.filter.Filter(changes)
-			}
+			changes := ch.Changes // already filtered (see stream)
 			if len(batch.Changes) == 0 && len(changes) > 0 && timer == nil {
 				timer = time.NewTimer(p.cfg.MaxDelay)
 				timerC = timer.C

@@ -3,6 +3,7 @@ package tidemark_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -261,4 +262,37 @@ func (s *slowSink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.Apply
 	case <-time.After(200 * time.Millisecond):
 	}
 	return s.fakeSink.Apply(ctx, b)
+}
+
+type fakeFilter struct {
+	filter func([]tidemark.Change) []tidemark.Change
+}
+
+func (f *fakeFilter) Filter(c []tidemark.Change) []tidemark.Change { return f.filter(c) }
+
+func TestPipelineFiltersInOrder(t *testing.T) {
+	sink := &fakeSink{}
+	drop2 := &fakeFilter{filter: func(cs []tidemark.Change) []tidemark.Change {
+		out := cs[:0]
+		for _, c := range cs {
+			if c.Version.Index != 2 {
+				out = append(out, c)
+			}
+		}
+		return out
+	}}
+	src := sourceOf(tidemark.Chunk{Changes: changes(1, 3), Commit: pos(1)}, tidemark.Chunk{Changes: changes(2, 3), Commit: pos(2)})
+	p, _ := tidemark.NewPipeline(tidemark.PipelineConfig{Source: "s", MaxDelay: 10 * time.Millisecond}, src, drop2, sink)
+	if err := runUntil(t, p, sink, func() bool { return sink.checkpoint == pos(2) }); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, b := range sink.batches {
+		for _, c := range b.Changes {
+			got = append(got, c.Version.String())
+		}
+	}
+	if fmt.Sprint(got) != "[1.1 1.3 2.1 2.3]" {
+		t.Fatalf("applied %v", got)
+	}
 }

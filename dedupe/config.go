@@ -14,7 +14,11 @@ const (
 	// DefaultDelay is the watermark delay used when Config.Delay is zero.
 	DefaultDelay = 10 * time.Minute
 	// DefaultMaxKeys is the state bound used when Config.MaxKeys is zero.
-	DefaultMaxKeys = 1_000_000
+	// A key costs about 200 bytes of state, so the default holds ~20 MB:
+	// enough for the hot keys of a window, within the daemon's memory
+	// budget (a backlog of a million distinct keys would otherwise hold
+	// ~200 MB and make every GC cycle scan it). Evicting is safe.
+	DefaultMaxKeys = 100_000
 )
 
 // Config configures a Window. The zero value of every field but
