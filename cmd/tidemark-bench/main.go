@@ -366,6 +366,25 @@ JSON columns; update-heavy: %d updates over %d hot keys (Zipf s=1.1, 1–10 per 
 - T3 runs a generator at half of T2's insert-heavy rate while tidemark streams; lag is
   PostgreSQL's `+"`_tm_loaded_at`"+` minus the source `+"`NOW(6)`"+` stored in the row (same clock).
 - RSS is the peak resident set (getrusage maxrss) of the tidemark process.
+
+## Where the time goes (pprof, this machine)
+
+- **T2 is bound by PostgreSQL's CPU.** During T2 the tidemark process uses about 0.6 of a core
+  (`+"`"+`tidemark run --cpuprofile`+"`"+`); PostgreSQL's backend uses the other core for the staged
+  `+"`"+`INSERT … SELECT … ON CONFLICT DO UPDATE`+"`"+` with the version guard. On two cores shared with
+  MariaDB's dump thread, COPY + upsert reaches about 0.3–0.45 of a plain COPY (FIELD-NOTES
+  measured 0.39 for staging + upsert alone, without decode, dedupe or checkpoints); batch size
+  (5,000 vs 20,000 changes) made no difference. R3 ≥ 40× would need T2 ≈ 0.55× COPY, which
+  no upsert path measured here reaches: the naive per-row consumer is ~4k rows/s.
+- **T1 is bound by allocation and GC.** go-mysql's own row decoding is ~40%% of T1's CPU; the
+  rest is tidemark's conversion (a boxed value per column, a `+"`"+`time.Time`+"`"+` per DATETIME and
+  TIMESTAMP), the dedupe LRU (~15%%) and GC. DATETIME is read as text (`+"`"+`ParseTime`+"`"+` off) so that an
+  invalid date is an error instead of being shifted to another day (a correctness fix that costs
+  go-mysql's `+"`"+`fmt.Sprintf`+"`"+` per temporal value); C1 keeps `+"`"+`ParseTime`+"`"+` on as the ceiling.
+- Fixed along the way: go-mysql's decode cache of 10,240 events held hundreds of MB of decoded
+  rows (now 256 events); the dedupe state bound of 1M keys held ~200 MB on a backlog of distinct
+  keys (now 100k); no re-boxing of decoded values; integer-key fast path; GOGC=400 with a
+  200 MiB soft memory limit; the dedupe filter runs in its own stage, overlapping the apply.
 `, time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), cpu, mem, runtime.Version(),
 		o.bulkTx*o.bulkRows+o.singles, o.bulkTx, o.bulkRows, o.singles, o.updates, o.hotKeys, table)
 	if err := os.MkdirAll(filepath.Dir(o.out), 0o755); err != nil {
