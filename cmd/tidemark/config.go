@@ -148,6 +148,9 @@ type PostgresConfig struct {
 	// docs/schema-changes.md).
 	DropColumns string    `yaml:"drop_columns"`
 	DDL         DDLConfig `yaml:"ddl"`
+	// ApplyTimeout bounds one attempt to apply a batch (default 30s): it
+	// is what detects a half-open connection.
+	ApplyTimeout time.Duration `yaml:"apply_timeout"`
 }
 
 // BatchConfig bounds batches.
@@ -460,5 +463,6 @@ func (c *Config) BinlogConfig() (binlog.Config, error) {
 func (c *Config) PostgresSinkConfig() postgres.Config {
 	p := c.Target.Postgres
 	return postgres.Config{DSN: p.DSN, TargetSchema: p.Schema, DeleteMode: postgres.DeleteMode(p.DeleteMode), MaxConns: p.MaxConns,
-		Schema: postgres.SchemaPolicy{DropColumns: p.DropColumns, DropTable: p.DDL.DropTable, Truncate: p.DDL.Truncate}}
+		ApplyTimeout: p.ApplyTimeout,
+		Schema:       postgres.SchemaPolicy{DropColumns: p.DropColumns, DropTable: p.DDL.DropTable, Truncate: p.DDL.Truncate}}
 }

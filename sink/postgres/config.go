@@ -95,6 +95,9 @@ func (c Config) validate() error {
 	if c.MaxConns < 0 || c.MaxConns > 1<<20 {
 		return fmt.Errorf("postgres sink config: max_conns: must be between 0 (default) and %d, got %d", 1<<20, c.MaxConns)
 	}
+	if c.ApplyTimeout < time.Second {
+		return fmt.Errorf("postgres sink config: apply_timeout: must be at least 1s, got %s", c.ApplyTimeout)
+	}
 	if c.Retry.Attempts < 0 {
 		return fmt.Errorf("postgres sink config: retry.attempts: must not be negative, got %d", c.Retry.Attempts)
 	}
