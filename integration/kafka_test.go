@@ -196,3 +196,118 @@ batch:`, strings.Join(brokers, ", "), prefix), 1)
 		t.Fatal(err)
 	}
 }
+
+// TestKafkaOnlyExactlyOnce runs the daemon with Kafka as its only target
+// (checkpoints in the checkpoint topic), kills it three times under load,
+// and requires every source change exactly once on a read_committed
+// consumer.
+func TestKafkaOnlyExactlyOnce(t *testing.T) {
+	f := newFixture(t)
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	db := randName("it_konly_")
+	f.dropLater(t, db)
+	start, _ := harness.SourcePosition(f.my)
+	w := &harness.Workload{My: f.my, Database: db, Zone: "UTC", Rand: rand.New(rand.NewPCG(81, 82)), BigTxRows: 100}
+	if err := w.Setup(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := f.configYAMLWith(t, db, db, db, "UTC", start, "dedupe:\n  enabled: false\n")
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := string(b)
+	i, j := strings.Index(y, "  postgres:\n"), strings.Index(y, "\nbatch:")
+	if i < 0 || j < i {
+		t.Fatalf("unexpected config layout:\n%s", y)
+	}
+	y = y[:i] + y[j+1:] // no PostgreSQL target
+	if err := os.WriteFile(cfg, []byte(y), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	prefix := "tk" + strings.TrimPrefix(db, "it_konly_")
+	addKafka(t, cfg, cluster.ListenAddrs(), prefix)
+	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	for i := 0; i < 3; i++ {
+		if err := w.Run(60); err != nil {
+			t.Fatal(err)
+		}
+		d := f.startDaemon(t, cfg)
+		time.Sleep(time.Duration(300+rnd.IntN(500)) * time.Millisecond)
+		d.kill()
+	}
+	if err := w.Run(60); err != nil {
+		t.Fatal(err)
+	}
+	ledger := sourceVersions(t, f, db, start)
+	d := f.startDaemon(t, cfg)
+	defer d.stop(t)
+	seen, ops := consumeVersions(t, cluster.ListenAddrs(), prefix+"."+db+".orders", len(ledger), 60*time.Second)
+	dups, missing := 0, 0
+	for v, n := range seen {
+		if n > 1 {
+			dups += n - 1
+		}
+		if !ledger[v] {
+			t.Errorf("version %s published but not in the source", v)
+		}
+	}
+	for v := range ledger {
+		if seen[v] == 0 {
+			missing++
+		}
+	}
+	if missing > 0 || dups > 0 {
+		t.Fatalf("kafka only: %d source changes, %d missing, %d duplicates (ops %v)\n%s", len(ledger), missing, dups, ops, tail(d.stderr.String(), 20))
+	}
+	t.Logf("kafka only, 3 kills: %d changes exactly once (ops %v)", len(seen), ops)
+}
+
+// consumeVersions reads a topic with read_committed until want distinct
+// versions are seen or the timeout passes, then a little longer to catch
+// duplicates.
+func consumeVersions(t *testing.T, brokers []string, topic string, want int, timeout time.Duration) (map[string]int, map[string]int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	seen, ops := map[string]int{}, map[string]int{}
+	deadline := time.Now().Add(timeout)
+	extra := time.Time{}
+	for time.Now().Before(deadline) {
+		if len(seen) >= want && extra.IsZero() {
+			extra = time.Now().Add(2 * time.Second)
+		}
+		if !extra.IsZero() && time.Now().After(extra) {
+			break
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Value == nil {
+				return
+			}
+			var env struct {
+				Op     string `json:"op"`
+				Source struct {
+					Seq   uint64 `json:"seq"`
+					Index uint32 `json:"index"`
+				} `json:"source"`
+			}
+			if err := json.Unmarshal(r.Value, &env); err != nil {
+				t.Fatalf("bad envelope: %v", err)
+			}
+			seen[fmt.Sprintf("%d.%d", env.Source.Seq, env.Source.Index)]++
+			ops[env.Op]++
+		})
+	}
+	return seen, ops
+}

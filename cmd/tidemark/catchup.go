@@ -52,7 +52,11 @@ func cmdCatchup(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if len(only) == 0 {
 		// Every table that is streaming (quarantined ones wait for a
 		// resync), then the checkpoint.
-		rep, err = catchUpStreaming(ctx, d.catchUp, d.reader, d.sink, d.target, cfg.Source.Name, log)
+		if d.sink != nil {
+			rep, err = catchUpStreaming(ctx, d.catchUp, d.reader, d.sink, d.target, cfg.Source.Name, log)
+		} else {
+			rep, err = d.catchUp.RunReport(ctx, nil) // Kafka alone: no table states
+		}
 	} else {
 		rep, err = d.catchUp.RunReport(ctx, only)
 	}

@@ -350,9 +350,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.Target.Postgres == nil {
-		// The daemon's snapshots, resyncs, table states, verify and
-		// status live in PostgreSQL; Kafka is published in addition.
-		errs = append(errs, errors.New("config: target.postgres: required (target.kafka publishes in addition to PostgreSQL)"))
+		if c.Target.Kafka == nil {
+			errs = append(errs, errors.New("config: target: set postgres, kafka or both"))
+		}
 	} else if c.Target.Postgres.DSN == "" {
 		errs = append(errs, errors.New("config: target.postgres.dsn: required"))
 	}
@@ -465,4 +465,13 @@ func (c *Config) PostgresSinkConfig() postgres.Config {
 	return postgres.Config{DSN: p.DSN, TargetSchema: p.Schema, DeleteMode: postgres.DeleteMode(p.DeleteMode), MaxConns: p.MaxConns,
 		ApplyTimeout: p.ApplyTimeout,
 		Schema:       postgres.SchemaPolicy{DropColumns: p.DropColumns, DropTable: p.DDL.DropTable, Truncate: p.DDL.Truncate}}
+}
+
+// needPostgres is the error of a command that works on the PostgreSQL
+// target when the config has none.
+func (c *Config) needPostgres(command string) error {
+	if c.Target.Postgres == nil {
+		return fmt.Errorf("tidemark %s: needs target.postgres (this config publishes to Kafka only)", command)
+	}
+	return nil
 }

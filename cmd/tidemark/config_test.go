@@ -67,7 +67,7 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"no server id", strings.Replace(goodConfig, "server_id: 4242", "", 1), "server_id"},
 		{"bad addr", strings.Replace(goodConfig, "127.0.0.1:33061", "localhost", 1), "addr"},
 		{"bad level", strings.Replace(goodConfig, "level: debug", "level: loud", 1), "log.level"},
-		{"no target", goodConfig[:strings.Index(goodConfig, "target:")], "target.postgres"},
+		{"no target", goodConfig[:strings.Index(goodConfig, "target:")], "target: set postgres, kafka or both"},
 		{"bad start", strings.Replace(goodConfig, "server_id: 4242", "server_id: 4242\n  start_position: nonsense", 1), "source.start_position"},
 		{"bad type", strings.Replace(goodConfig, "server_id: 4242", "server_id: many", 1), "server_id"},
 		{"secret in a number field", strings.Replace(goodConfig, "server_id: 4242", "server_id: ${TM_PW}", 1), "source.server_id"},
@@ -140,5 +140,16 @@ func TestEmptyPasswordDoesNotGarbleErrors(t *testing.T) {
 	_, err := ParseConfig([]byte(y), env(map[string]string{"TM_PW": "x"}))
 	if err == nil || !strings.Contains(err.Error(), "log.level") || strings.Contains(err.Error(), "***") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestKafkaOnlyConfig(t *testing.T) {
+	y := goodConfig[:strings.Index(goodConfig, "target:")] + "target:\n  kafka:\n    brokers: [\"127.0.0.1:9092\"]\n    exactly_once: true\n"
+	cfg, err := ParseConfig([]byte(y), env(map[string]string{"TM_PW": "x"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.needPostgres("verify"); err == nil || !strings.Contains(err.Error(), "target.postgres") {
+		t.Fatalf("verify without PostgreSQL: %v", err)
 	}
 }

@@ -203,20 +203,28 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 	if err != nil {
 		return nil, err
 	}
-	store, err := checkpoint.New(checkpoint.Config{Schema: cfg.Target.Postgres.ControlSchema})
-	if err != nil {
-		return nil, err
+	// sink is the PostgreSQL sink, nil with Kafka alone.
+	var sink *postgres.Sink
+	if cfg.Target.Postgres != nil {
+		store, err := checkpoint.New(checkpoint.Config{Schema: cfg.Target.Postgres.ControlSchema})
+		if err != nil {
+			return nil, err
+		}
+		pc := cfg.PostgresSinkConfig()
+		pc.Checkpoints = store
+		pc.Logger = log.With("component", "postgres")
+		if sink, err = postgres.Open(ctx, pc); err != nil {
+			return nil, err
+		}
 	}
-	pc := cfg.PostgresSinkConfig()
-	pc.Checkpoints = store
-	pc.Logger = log.With("component", "postgres")
-	sink, err := postgres.Open(ctx, pc)
-	if err != nil {
-		return nil, err
+	closeSink := func() {
+		if sink != nil {
+			sink.Close()
+		}
 	}
 	reader, err := binlog.NewReader(bc)
 	if err != nil {
-		sink.Close()
+		closeSink()
 		return nil, err
 	}
 	d := &daemon{}
@@ -236,9 +244,16 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 			delete(bars, name)
 		}
 	}
-	// The pipeline's target: PostgreSQL, or PostgreSQL then Kafka.
-	var target tidemark.Sink = sink
-	if cfg.Target.Kafka != nil {
+	// The pipeline's target: PostgreSQL, PostgreSQL then Kafka, or Kafka.
+	var target tidemark.Sink
+	switch {
+	case cfg.Target.Kafka == nil:
+		target = sink
+	case sink == nil:
+		if target, err = withKafka(ctx, nil, cfg.Target.Kafka, bc.Name, log.With("component", "kafka")); err != nil {
+			return nil, err
+		}
+	default:
 		if target, err = withKafka(ctx, sink, cfg.Target.Kafka, bc.Name, log.With("component", "kafka")); err != nil {
 			sink.Close()
 			return nil, err
@@ -251,7 +266,12 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 		target.Close()
 		return nil, errors.New("wire: the target cannot store catch-up watermarks")
 	}
-	catchUp, err := fallback.New(fc, reader, catchTarget, sink)
+	var catchUp *fallback.CatchUp
+	if sink != nil {
+		catchUp, err = fallback.New(fc, reader, catchTarget, sink)
+	} else {
+		catchUp, err = fallback.New(fc, reader, catchTarget) // no key diff with Kafka alone
+	}
 	if err != nil {
 		target.Close()
 		return nil, err
@@ -259,6 +279,11 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 	// The catch-up as the pipeline runs it: then the post-load duplicate
 	// assertion on the rows just loaded, and the metrics.
 	runCatchUp := func(ctx context.Context) (tidemark.Position, error) {
+		if sink == nil {
+			// Kafka alone: no table states to honour, no assertion.
+			rep, err := catchUp.RunReport(ctx, nil)
+			return rep.Snapshot.Position, err
+		}
 		since, err := sink.Now(ctx)
 		if err != nil {
 			return tidemark.Position{}, err
@@ -281,12 +306,17 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 	pc2 := tidemark.PipelineConfig{
 		Source: bc.Name, MaxBatchChanges: cfg.Batch.MaxChanges, MaxBatchBytes: cfg.Batch.MaxBytes,
 		MaxDelay: cfg.Batch.MaxDelay, Logger: log.With("component", "pipeline"), OnApply: onApply,
-		Snapshot: snapshotTables(catchUp, reader, sink, nil),
 		OnTableState: func(st tidemark.TableState) {
 			if d.onTableState != nil {
 				d.onTableState(st)
 			}
 		},
+	}
+	if sink != nil {
+		// New tables are snapshotted into PostgreSQL (it knows which
+		// tables it has); with Kafka alone they are streamed from their
+		// first change.
+		pc2.Snapshot = snapshotTables(catchUp, reader, sink, nil)
 	}
 	if cfg.FallbackOn() {
 		pc2.CatchUp = runCatchUp
@@ -294,14 +324,14 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 	var filter tidemark.Filter
 	dc, on, err := cfg.DedupeSettings()
 	if err != nil {
-		sink.Close()
+		target.Close()
 		return nil, err
 	}
 	var window *dedupe.Window
 	if on {
 		dc.Logger = log.With("component", "dedupe")
 		if window, err = dedupe.New(dc); err != nil {
-			sink.Close()
+			target.Close()
 			return nil, err
 		}
 		filter = window
@@ -391,18 +421,21 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 		return exitFailed
 	}
 	defer src.Close()
-	as := NewAsserter(d.sink, cfg.Verify, log.With("component", "assert"), m)
 	d.onTableState = tableStateMetric(m)
-	d.afterCatchUp = func(ctx context.Context, since time.Time, rows map[string]int64) error {
-		m.FallbackRun(rows)
-		return as.AfterLoad(ctx, since)
-	}
 	g, gctx := errgroup.WithContext(ctx)
+	if d.sink != nil {
+		// The post-load duplicate assertion runs on PostgreSQL.
+		as := NewAsserter(d.sink, cfg.Verify, log.With("component", "assert"), m)
+		d.afterCatchUp = func(ctx context.Context, since time.Time, rows map[string]int64) error {
+			m.FallbackRun(rows)
+			return as.AfterLoad(ctx, since)
+		}
+		g.Go(func() error { return as.Run(gctx) })
+	}
 	g.Go(func() error { return m.Serve(gctx, cfg.Metrics, log.With("component", "metrics")) })
 	g.Go(func() error {
-		return m.WatchRetention(gctx, cfg.Metrics.RetentionInterval, retentionProbe(src, d.sink, cfg.Source.Name), log)
+		return m.WatchRetention(gctx, cfg.Metrics.RetentionInterval, retentionProbe(src, d.target, cfg.Source.Name), log)
 	})
-	g.Go(func() error { return as.Run(gctx) })
 	g.Go(func() error {
 		err := d.pipeline.Run(gctx, d.start)
 		m.Error(err)

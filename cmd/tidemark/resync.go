@@ -191,6 +191,10 @@ func cmdResync(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "tidemark resync: --table db.table is required")
 		return exitUsage
 	}
+	if err := cfg.needPostgres("resync"); err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitUsage
+	}
 	var ids []tidemark.TableID
 	for _, t := range tables {
 		db, name, ok := strings.Cut(t, ".")

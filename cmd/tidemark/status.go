@@ -148,6 +148,10 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "tidemark:", err)
 		return exitUsage
 	}
+	if err := cfg.needPostgres("status"); err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitUsage
+	}
 	log := newLogger(cfg.Log, stderr)
 	bc, err := cfg.BinlogConfig()
 	if err != nil {
@@ -262,7 +266,9 @@ func printStatus(w io.Writer, rep *StatusReport) {
 
 // retentionProbe returns what Metrics.WatchRetention calls in the daemon:
 // the stored checkpoint of source and the retention of its binlog file.
-func retentionProbe(src *binlog.Verifier, sink *postgres.Sink, source string) func(context.Context) (tidemark.Retention, error) {
+func retentionProbe(src *binlog.Verifier, sink interface {
+	Checkpoint(ctx context.Context, source string) (tidemark.Position, bool, error)
+}, source string) func(context.Context) (tidemark.Retention, error) {
 	return func(ctx context.Context) (tidemark.Retention, error) {
 		pos, ok, err := sink.Checkpoint(ctx, source)
 		if err != nil {

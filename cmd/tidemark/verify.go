@@ -638,6 +638,10 @@ func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, sec
 		fmt.Fprintln(stderr, "tidemark:", err)
 		return exitVerifyError
 	}
+	if err := cfg.needPostgres("verify"); err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitVerifyError
+	}
 	vc := VerifyConfig{}
 	if section != nil {
 		vc = section(cfg)
