@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -62,19 +63,7 @@ func changes(seq uint64, n int) []tidemark.Change {
 }
 
 func pos(seq int) tidemark.Position {
-	return tidemark.Position{GTID: "0-1-" + itoa(seq)}
-}
-
-func itoa(n int) string {
-	if n == 0 {
-		return "0"
-	}
-	s := ""
-	for n > 0 {
-		s = string(rune('0'+n%10)) + s
-		n /= 10
-	}
-	return s
+	return tidemark.Position{GTID: "0-1-" + strconv.Itoa(seq)}
 }
 
 // sourceOf sends chunks then waits for cancellation.

@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -57,7 +59,7 @@ func TestHostTimeZoneDoesNotLeak(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, v := range vals {
-				b.WriteString(strings.TrimSpace(strings.ReplaceAll(fmtAny(v), "\n", " ")))
+				b.WriteString(strings.TrimSpace(strings.ReplaceAll(fmt.Sprint(v), "\n", " ")))
 				b.WriteByte('|')
 			}
 			b.WriteByte('\n')
@@ -103,7 +105,7 @@ func TestRestartResumesWithoutDuplicates(t *testing.T) {
 	f.compare(t, harness.TableSpec{Database: db, Table: "orders", SourceZone: "Asia/Kolkata"})
 	// Single-row inserts only, so the second run's counts are exact.
 	for i := 0; i < 20; i++ {
-		if err := harness.Exec(f.my, "INSERT INTO orders VALUES ("+itoa(100000+i)+", 1, 'late', 1.00, 'new', NULL, NOW(6), NULL)"); err != nil {
+		if err := harness.Exec(f.my, "INSERT INTO orders VALUES ("+strconv.Itoa(100000+i)+", 1, 'late', 1.00, 'new', NULL, NOW(6), NULL)"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -118,5 +120,3 @@ func TestRestartResumesWithoutDuplicates(t *testing.T) {
 		t.Fatalf("second run should resume and insert exactly the 20 new rows, skipping none:\n%s", log)
 	}
 }
-
-func itoa(n int) string { return fmtAny(n) }

@@ -265,9 +265,6 @@ func TestFallbackFarFutureAndEmpty(t *testing.T) {
 	if err := f.pg.QueryRow(f.ctx, "SELECT count(*) FROM tidemark.watermarks WHERE source = $1 AND table_name = 'empty_t'", db).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("empty table persisted %d watermarks (%v)", n, err)
 	}
-	if !regexpContains(out, `orders\s+window.*\s1\s*$`) {
-		t.Logf("report:\n%s", out)
-	}
 	// A row written after the catch-up, with a current timestamp, arrives.
 	if err := harness.Exec(f.my, "INSERT INTO orders (id, amount) VALUES (4, 4.00)"); err != nil {
 		t.Fatal(err)

@@ -1,12 +1,9 @@
 package integration
 
 import (
-	"fmt"
 	"regexp"
 	"strings"
 )
-
-func fmtAny(v any) string { return fmt.Sprint(v) }
 
 func regexpContains(s, pattern string) bool {
 	return regexp.MustCompile("(?m)" + pattern).MatchString(s)
