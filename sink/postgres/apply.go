@@ -120,6 +120,9 @@ type groupPlan struct {
 	rows [][]any // _tm_op, columns..., _tm_seq, _tm_idx, _tm_commit_time
 	// staged operations by code
 	nUpsert, nDelete, nKeyGone int
+	// nInserts counts the upserts of inserted or read rows: when every row
+	// is one, the direct insert path is worth a try.
+	nInserts int
 }
 
 type plannedOp struct {
@@ -264,6 +267,9 @@ func (s *Sink) plan(b *tidemark.Batch) (*batchPlan, error) {
 		switch o.code {
 		case opUpsert:
 			g.nUpsert++
+			if op := b.Changes[o.change].Op; op == tidemark.OpInsert || op == tidemark.OpRead {
+				g.nInserts++
+			}
 		case opDelete:
 			g.nDelete++
 		case opKeyGone:
@@ -325,12 +331,13 @@ func (s *Sink) applyOnce(ctx context.Context, b *tidemark.Batch, p *batchPlan) (
 	// txid_status. The transaction writes anyway, so assigning it now
 	// costs nothing.
 	var xid int64
-	if err := tx.QueryRow(ctx, "SELECT txid_current()").Scan(&xid); err != nil {
+	var now time.Time // the transaction's now(): _tm_loaded_at of direct inserts
+	if err := tx.QueryRow(ctx, "SELECT txid_current(), now()").Scan(&xid, &now); err != nil {
 		return st, fmt.Errorf("begin transaction: %w", err)
 	}
 	st.Coalesced = p.coalesced
 	for _, g := range p.groups {
-		gs, err := s.applyGroup(ctx, tx, g)
+		gs, err := s.applyGroup(ctx, tx, g, now)
 		if err != nil {
 			return st, err
 		}
@@ -382,9 +389,20 @@ func (s *Sink) applyOnce(ctx context.Context, b *tidemark.Batch, p *batchPlan) (
 }
 
 // applyGroup stages one target table's rows and merges them.
-func (s *Sink) applyGroup(ctx context.Context, tx pgx.Tx, g *groupPlan) (tidemark.ApplyStats, error) {
+func (s *Sink) applyGroup(ctx context.Context, tx pgx.Tx, g *groupPlan, now time.Time) (tidemark.ApplyStats, error) {
 	var st tidemark.ApplyStats
 	d := g.def
+	if g.nInserts == len(g.rows) && s.tryDirect(g.key) {
+		inserted, err := s.copyDirect(ctx, tx, g, now)
+		if err != nil {
+			return st, err
+		}
+		s.directOutcome(g.key, inserted)
+		if inserted {
+			st.Inserted = len(g.rows)
+			return st, nil
+		}
+	}
 	if _, err := tx.Exec(ctx, d.createStageSQL); err != nil {
 		return st, d.wrap("create staging table for", err)
 	}

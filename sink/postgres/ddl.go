@@ -467,7 +467,11 @@ func usingFor(col, have, want string) string {
 }
 
 // ensureTx creates or evolves d's target table in tx (holding the DDL lock).
-func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef) error {
+//
+// directSafe is set when the direct insert path may be used: the target's
+// primary key is the business key and is checked at once (not deferred), so
+// a COPY of an existing key fails instead of adding a second row.
+func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, directSafe *bool) error {
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", ddlLockKey); err != nil {
 		return d.wrap("lock for DDL on table", err)
 	}
@@ -482,6 +486,7 @@ func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef) error {
 		if err := setAlignment(ctx, tx, d.qname, alignmentOf(d.table)); err != nil {
 			return d.wrap("record the schema of", err)
 		}
+		*directSafe = true // created with the business key as primary key
 		return nil
 	}
 	for _, c := range []string{colSeq, colIdx, colCommitTime, colLoadedAt} {
@@ -509,6 +514,12 @@ func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef) error {
 	if t.align == nil || len(ev.stmts) > 0 || !sameAlignment(t.align, ev.align) {
 		if err := setAlignment(ctx, tx, d.qname, ev.align); err != nil {
 			return d.wrap("record the schema of", err)
+		}
+	}
+	if slices.Equal(t.key, d.table.KeyNames()) {
+		if err := tx.QueryRow(ctx, "SELECT COALESCE(bool_and(indimmediate), false) FROM pg_index WHERE indrelid = $1::regclass AND indisprimary",
+			d.qname).Scan(directSafe); err != nil {
+			return d.wrap("read the primary key of", err)
 		}
 	}
 	return nil
@@ -851,12 +862,15 @@ func (s *Sink) ensure(ctx context.Context, d *tableDef, k defKey) error {
 	if s.isEnsured(k) {
 		return nil
 	}
+	var directSafe bool
 	err := tidemark.Retry(ctx, "prepare table "+d.display, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
-		return redact(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return s.ensureTx(ctx, tx, d) }), s.secret)
+		directSafe = false
+		return redact(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return s.ensureTx(ctx, tx, d, &directSafe) }), s.secret)
 	})
 	if err != nil {
 		return err
 	}
+	s.setDirectSafe(k, directSafe)
 	s.markEnsured(k)
 	return nil
 }

@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -53,6 +54,9 @@ type Sink struct {
 	mu      sync.Mutex
 	defs    map[defKey]*tableDef // built definitions
 	ensured map[defKey]bool      // target table checked (and created) in a committed transaction
+	direct  map[defKey]*directState
+
+	directRows, directConflicts atomic.Int64
 
 	// Test hooks (nil in production).
 	hookBeforeCommit func(ctx context.Context, tx pgx.Tx) error
@@ -95,6 +99,7 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		secret:  pcfg.ConnConfig.Password,
 		defs:    map[defKey]*tableDef{},
 		ensured: map[defKey]bool{},
+		direct:  map[defKey]*directState{},
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {

@@ -61,6 +61,7 @@ type tableDef struct {
 	keyGoneSQL     string // soft only: op 'k'
 	deleteSQL      string // hard only: ops 'd' and 'k'
 	copyColumns    []string
+	directColumns  []string // the direct insert path's COPY columns (direct.go)
 }
 
 // newTableDef validates t and builds its definition.
@@ -171,6 +172,10 @@ func (d *tableDef) buildSQL() {
 		d.copyColumns = append(d.copyColumns, t.Columns[i].Name)
 	}
 	d.copyColumns = append(d.copyColumns, colSeq, colIdx, colCommitTime)
+	d.directColumns = append(append([]string{}, d.copyColumns[1:]...), colLoadedAt)
+	if d.soft {
+		d.directColumns = append(d.directColumns, colDeleted, colDeletedAt)
+	}
 
 	stage := "pg_temp." + q(d.stage)
 	// The version guard: a staged row replaces the target row only if it is

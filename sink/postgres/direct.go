@@ -1,0 +1,143 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The direct insert path. A batch's rows for a table that are all inserts
+// (binlog inserts or snapshot reads) of keys the batch holds once usually
+// name keys the target has never seen. For those the staged upsert — COPY
+// into a temp table, then INSERT … SELECT … ON CONFLICT with the version
+// guard — does twice the work of what the outcome needs: a COPY straight
+// into the target. So the sink first tries that COPY inside a savepoint.
+// The target's primary key is the business key (checked when the table is
+// ensured), so a key that already exists makes the COPY fail with a unique
+// violation; the sink then rolls back to the savepoint and stages the rows
+// as always, where the version guard decides. Correctness never rests on
+// the guess: a fresh key inserted directly is exactly what the upsert would
+// have inserted (same values, version, commit time and load time).
+//
+// A conflict wastes one COPY, so after one the table stages its next
+// batches (1, 2, 4, … up to maxDirectSkip) before trying again; a success
+// resets that. Replays after a restart and catch-up windows over existing
+// rows conflict once and then stage.
+
+// maxDirectSkip bounds the batches a table stages after repeated conflicts.
+const maxDirectSkip = 256
+
+const directSavepoint = "tm_direct"
+
+// directState is one target table's state of the direct path.
+type directState struct {
+	safe    bool // primary key = business key, checked immediately
+	skip    int  // batches still to stage before the next try
+	penalty int  // skip after the next conflict
+}
+
+// DirectInserts returns the rows inserted by the direct path and the
+// attempts that found an existing key and were staged instead, since Open.
+func (s *Sink) DirectInserts() (rows, conflicts int64) {
+	return s.directRows.Load(), s.directConflicts.Load()
+}
+
+// setDirectSafe records whether table k may take the direct path.
+func (s *Sink) setDirectSafe(k defKey, safe bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.direct[k] = &directState{safe: safe}
+}
+
+// tryDirect reports whether this batch's rows for table k should try the
+// direct path, counting down a back-off.
+func (s *Sink) tryDirect(k defKey) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.direct[k]
+	if st == nil || !st.safe {
+		return false
+	}
+	if st.skip > 0 {
+		st.skip--
+		return false
+	}
+	return true
+}
+
+// directOutcome records a direct attempt's outcome for table k.
+func (s *Sink) directOutcome(k defKey, inserted bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.direct[k]
+	if st == nil {
+		return
+	}
+	if inserted {
+		st.penalty = 0
+		return
+	}
+	s.directConflicts.Add(1)
+	st.penalty = min(max(2*st.penalty, 1), maxDirectSkip)
+	st.skip = st.penalty
+}
+
+// copyDirect COPYs g's rows straight into the target table inside a
+// savepoint. It returns false (and leaves the transaction as it was) when a
+// row's key already exists.
+func (s *Sink) copyDirect(ctx context.Context, tx pgx.Tx, g *groupPlan, loadedAt time.Time) (bool, error) {
+	d := g.def
+	if _, err := tx.Exec(ctx, "SAVEPOINT "+directSavepoint); err != nil {
+		return false, d.wrap("insert rows into", err)
+	}
+	src := &directRows{rows: g.rows, loadedAt: loadedAt, soft: d.soft, i: -1}
+	n, err := tx.CopyFrom(ctx, pgx.Identifier{d.schema, d.name}, d.directColumns, src)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+			if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+directSavepoint); rerr != nil {
+				return false, d.wrap("roll back the direct insert into", rerr)
+			}
+			s.log.Debug("direct insert found existing keys; staging", "table", d.display, "rows", len(g.rows))
+			return false, nil
+		}
+		return false, d.wrap("insert rows into", err)
+	}
+	if n != int64(len(g.rows)) {
+		return false, fmt.Errorf("insert rows into %s: copied %d of %d rows", d.display, n, len(g.rows))
+	}
+	if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT "+directSavepoint); err != nil {
+		return false, d.wrap("insert rows into", err)
+	}
+	s.directRows.Add(n) // counted when the attempt's transaction may still fail: a measure of the path's use
+	return true, nil
+}
+
+// directRows turns staging rows (_tm_op, columns…, _tm_seq, _tm_idx,
+// _tm_commit_time) into target rows (columns…, _tm_seq, _tm_idx,
+// _tm_commit_time, _tm_loaded_at[, _tm_deleted, _tm_deleted_at]) in one
+// reused buffer.
+type directRows struct {
+	rows     [][]any
+	loadedAt time.Time
+	soft     bool
+	i        int
+	buf      []any
+}
+
+func (r *directRows) Next() bool { r.i++; return r.i < len(r.rows) }
+
+func (r *directRows) Values() ([]any, error) {
+	row := r.rows[r.i]
+	r.buf = append(append(r.buf[:0], row[1:]...), r.loadedAt)
+	if r.soft {
+		r.buf = append(r.buf, false, nil)
+	}
+	return r.buf, nil
+}
+
+func (r *directRows) Err() error { return nil }
