@@ -273,6 +273,10 @@ type txState struct {
 func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out chan<- tidemark.Chunk) (progressed bool, err error) {
 	host, portStr, _ := net.SplitHostPort(t.cfg.Addr)
 	port, _ := strconv.Atoi(portStr)
+	watch := newReadWatch(t.cfg.ReadTimeout)
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go watch.run(wctx) // owned: ends when streamOnce returns
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID: t.cfg.ServerID,
 		Flavor:   t.cfg.Flavor,
@@ -280,16 +284,20 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 		Port:     uint16(port),
 		User:     t.cfg.User,
 		Password: t.cfg.Password,
-		// ParseTime would be faster, but go-mysql builds a time.Time with
-		// time.Date, which silently turns an invalid DATETIME stored under
-		// ALLOW_INVALID_DATES ('2026-02-30') into another date
-		// ('2026-03-02'). As text, parseCivil rejects it, naming the column.
-		// TIMESTAMPs arrive as text in UTC (TimestampStringLocation).
-		ParseTime:               false,
-		TimestampStringLocation: time.UTC,
-		HeartbeatPeriod:         t.cfg.Heartbeat,
-		ReadTimeout:             t.cfg.ReadTimeout,
-		DisableRetrySync:        true,
+		// ParseTime: temporal values as time.Time, not formatted text.
+		// go-mysql builds a DATETIME with time.Date, which silently turns
+		// an invalid date stored under ALLOW_INVALID_DATES ('2026-02-30')
+		// into another ('2026-03-02'): decodeRows (datecheck.go) finds
+		// those in the raw row and hands them on as text, which
+		// convDateTime rejects naming the column.
+		ParseTime:           true,
+		RowsEventDecodeFunc: decodeRows,
+		HeartbeatPeriod:     t.cfg.Heartbeat,
+		// No ReadTimeout: go-mysql would set a read deadline on every
+		// packet (a tenth of the decoder's time on small transactions).
+		// readWatch enforces it instead (watch.go).
+		Dialer:           watch.dial,
+		DisableRetrySync: true,
 		// go-mysql decodes ahead into this many events; its default
 		// (10240) holds hundreds of MB of decoded rows and makes every GC
 		// cycle scan them. 256 keeps the decoder busy and memory bounded.
@@ -339,8 +347,9 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 		streamer, err = syncer.StartSync(mysql.Position{Name: first, Pos: 4})
 	}
 	if err != nil {
-		return false, t.classify(err, *pos)
+		return false, t.classify(watch.explain(err), *pos)
 	}
+	watch.started()
 
 	var tx txState
 	send := func(ch tidemark.Chunk) error {
@@ -380,12 +389,15 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 	}
 
 	for {
+		watch.waiting.Store(true)
 		ev, err := streamer.GetEvent(ctx)
+		watch.waiting.Store(false)
+		watch.events.Add(1)
 		if err != nil {
 			if ctx.Err() != nil {
 				return progressed, nil
 			}
-			return progressed, t.classify(err, *pos)
+			return progressed, t.classify(watch.explain(err), *pos)
 		}
 		h := ev.Header
 		switch e := ev.Event.(type) {

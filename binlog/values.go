@@ -379,9 +379,10 @@ func (e *valueEnv) convDate(v any) (any, error) {
 }
 
 // convDateTime interprets a DATETIME (zone-less wall clock) in the column's
-// source zone. The tailer gets text from go-mysql (ParseTime off, so that an
-// invalid date is an error rather than a silently normalized one); a
-// time.Time labelled UTC carrying the wall digits is accepted as well.
+// source zone: a time.Time labelled UTC carrying the wall digits (go-mysql's
+// ParseTime), or text — from SQL reads, for dates before 1970, and for an
+// invalid date, which decodeRows hands on as text so that it is an error
+// here rather than a silently normalized date.
 func (e *valueEnv) convDateTime(v any) (any, error) {
 	var wall time.Time
 	switch x := v.(type) {
@@ -398,6 +399,8 @@ func (e *valueEnv) convDateTime(v any) (any, error) {
 			return e.zero()
 		}
 		wall = t
+	case uncheckedDateTime:
+		return nil, e.errf("cannot check this DATETIME for an invalid date: the rows event's format was not recognized (see binlog/datecheck.go)")
 	default:
 		return nil, e.errf("want DATETIME, got %T", v)
 	}

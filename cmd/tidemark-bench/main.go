@@ -67,7 +67,7 @@ type options struct {
 	lagSeconds                                         int
 	out                                                string
 	bin                                                string
-	t1Profile                                          string
+	t1Profile, t2Profile                               string
 	fallbackRows                                       int
 }
 
@@ -83,6 +83,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "docs/PERFORMANCE.md", "report file")
 	flag.StringVar(&o.bin, "bin", "", "tidemark binary (default: build it)")
 	flag.StringVar(&o.t1Profile, "t1-cpuprofile", "", "write a CPU profile of T1 (tailer + dedupe) to this file")
+	flag.StringVar(&o.t2Profile, "t2-cpuprofile", "", "write a CPU profile of the daemon during T2 insert-heavy to this file")
 	flag.IntVar(&o.fallbackRows, "fallback", 0, "instead: benchmark the fallback catch-up on a table of this many rows")
 	flag.Parse()
 	// The same GC settings as the tidemark binary (cmd/tidemark tuneGC), for
@@ -274,7 +275,11 @@ func run(ctx context.Context, o options) error {
 	results = append(results, c3)
 
 	step("T2 tidemark end to end, insert-heavy")
-	t2i, rssIns, err := endToEnd(ctx, o.bin, env, pg, "bench_ins", "ins", ddlStart, insEnd, insRows)
+	var t2Args []string
+	if o.t2Profile != "" {
+		t2Args = []string{"--cpuprofile", o.t2Profile}
+	}
+	t2i, rssIns, err := endToEnd(ctx, o.bin, env, pg, "bench_ins", "ins", ddlStart, insEnd, insRows, t2Args...)
 	if err != nil {
 		return err
 	}
@@ -566,8 +571,8 @@ log:
 	return f.Name(), err
 }
 
-func startDaemon(bin, cfg string, env harness.Env) (*exec.Cmd, error) {
-	cmd := exec.Command(bin, "run", "--config", cfg)
+func startDaemon(bin, cfg string, env harness.Env, extra ...string) (*exec.Cmd, error) {
+	cmd := exec.Command(bin, append([]string{"run", "--config", cfg}, extra...)...)
 	cmd.Env = append(os.Environ(), "TM_BENCH_PW="+env.MySQLPassword, "TM_BENCH_DSN="+env.PGDSN)
 	cmd.Stderr = os.Stderr
 	return cmd, cmd.Start()
@@ -583,14 +588,14 @@ func stopDaemon(cmd *exec.Cmd) (maxRSSKiB int64, err error) {
 }
 
 // endToEnd is T2: the real binary drains a backlog.
-func endToEnd(ctx context.Context, bin string, env harness.Env, pg *pgx.Conn, source, table string, from, to tidemark.Position, rows int) (result, int64, error) {
+func endToEnd(ctx context.Context, bin string, env harness.Env, pg *pgx.Conn, source, table string, from, to tidemark.Position, rows int, extra ...string) (result, int64, error) {
 	cfg, err := writeConfig(env, source, table, from)
 	if err != nil {
 		return result{}, 0, err
 	}
 	defer os.Remove(cfg)
 	start := time.Now()
-	cmd, err := startDaemon(bin, cfg, env)
+	cmd, err := startDaemon(bin, cfg, env, extra...)
 	if err != nil {
 		return result{}, 0, err
 	}
