@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"math/big"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -366,59 +367,53 @@ func (e *verifyEngine) run(ctx context.Context, spec *tidemark.VerifySpec, sums 
 	srcOnly := map[string]tidemark.RowDigest{}
 	dstOnly := map[string]tidemark.RowDigest{}
 	var changed [][]string
-	var lo []string
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
+	// Chunks are fetched one ahead of the comparison: while Go compares
+	// chunk n, both databases already work on chunk n+1.
+	fctx, cancel := context.WithCancel(ctx)
+	chunks := make(chan verifyChunk, 1)
+	fetched := make(chan struct{})
+	go func() { // owned: run waits for it below
+		defer close(fetched)
+		defer close(chunks)
+		e.fetchChunks(fctx, spec, len(goCols) > 0, chunks)
+	}()
+	defer func() {
+		cancel()
+		for range chunks {
 		}
-		r := tidemark.KeyRange{Lo: lo}
-		last := true
-		if spec.Chunked() {
-			hi, ok, err := e.src.NextBound(ctx, spec, lo, e.chunkRows)
-			if err != nil {
-				return err
-			}
-			if ok {
-				r.Hi, last = hi, false
-			}
+		<-fetched
+	}()
+	for c := range chunks {
+		if c.err != nil {
+			return c.err
 		}
-		// A table with Go-compared columns reads every chunk's digests
-		// anyway: their count is the chunk's row count, and the checksum
-		// pass would only read the chunk twice.
-		var sc, tc tidemark.ChunkChecksum
-		var sd, td []tidemark.RowDigest
-		digests := len(goCols) > 0
-		if !digests {
-			err := both(func() (err error) { sc, err = e.src.Checksum(ctx, spec, r); return },
-				func() (err error) { tc, err = e.dst.Checksum(ctx, spec, r); return })
-			if err != nil {
-				return err
-			}
-			digests = sc != tc
-		}
-		if digests {
-			err := both(func() (err error) { sd, err = e.src.Digests(ctx, spec, r); return },
-				func() (err error) { td, err = e.dst.Digests(ctx, spec, r); return })
-			if err != nil {
-				return err
-			}
-			if len(goCols) > 0 {
-				sc.Rows, tc.Rows = int64(len(sd)), int64(len(td))
-			}
-		}
+		sc, tc, sd, td := c.sc, c.tc, c.sd, c.td
 		rep.Chunks++
 		rep.SourceRows += sc.Rows
 		rep.TargetRows += tc.Rows
 		if e.progress != nil {
 			e.progress(sc.Rows)
 		}
-		if digests {
-			tmap := make(map[string]tidemark.RowDigest, len(td))
-			for _, d := range td {
+		if !c.digests {
+			continue
+		}
+		differs := sc != tc
+		// Both sides list rows in key order: walk them in step while the
+		// keys agree, and match the rest (a row only one side has, or
+		// keys the two databases order differently) by key.
+		i := 0
+		for ; i < len(sd) && i < len(td) && slices.Equal(sd[i].Key, td[i].Key); i++ {
+			if !e.sameDigest(spec, goCols, sd[i], td[i]) {
+				changed = append(changed, sd[i].Key)
+				differs = true
+			}
+		}
+		if i < len(sd) || i < len(td) {
+			tmap := make(map[string]tidemark.RowDigest, len(td)-i)
+			for _, d := range td[i:] {
 				tmap[keyString(d.Key)] = d
 			}
-			differs := sc != tc
-			for _, d := range sd {
+			for _, d := range sd[i:] {
 				k := keyString(d.Key)
 				t, ok := tmap[k]
 				if !ok {
@@ -436,14 +431,13 @@ func (e *verifyEngine) run(ctx context.Context, spec *tidemark.VerifySpec, sums 
 				dstOnly[k] = d
 				differs = true
 			}
-			if differs {
-				rep.ChunksDiffering++
-			}
 		}
-		if last {
-			break
+		if differs {
+			rep.ChunksDiffering++
 		}
-		lo = r.Hi
+	}
+	if err := ctx.Err(); err != nil {
+		return err // the fetcher stops without a word when ctx is done
 	}
 	for k, s := range srcOnly {
 		if t, ok := dstOnly[k]; ok {
@@ -480,6 +474,65 @@ func (e *verifyEngine) run(ctx context.Context, spec *tidemark.VerifySpec, sums 
 		}
 	}
 	return nil
+}
+
+// verifyChunk is one chunk's counts and, when read, its row digests.
+type verifyChunk struct {
+	sc, tc  tidemark.ChunkChecksum
+	sd, td  []tidemark.RowDigest
+	digests bool
+	err     error
+}
+
+// fetchChunks reads the table chunk by chunk into out, ending after the
+// last chunk, an error (sent as the last chunk) or when ctx is done. A
+// table with Go-compared columns reads every chunk's digests: their count
+// is the chunk's row count, and a checksum pass would read it twice.
+func (e *verifyEngine) fetchChunks(ctx context.Context, spec *tidemark.VerifySpec, goCompared bool, out chan<- verifyChunk) {
+	send := func(c verifyChunk) bool {
+		select {
+		case out <- c:
+			return c.err == nil
+		case <-ctx.Done():
+			return false
+		}
+	}
+	var lo []string
+	for {
+		if err := ctx.Err(); err != nil {
+			send(verifyChunk{err: err})
+			return
+		}
+		r := tidemark.KeyRange{Lo: lo}
+		last := true
+		if spec.Chunked() {
+			hi, ok, err := e.src.NextBound(ctx, spec, lo, e.chunkRows)
+			if err != nil {
+				send(verifyChunk{err: err})
+				return
+			}
+			if ok {
+				r.Hi, last = hi, false
+			}
+		}
+		c := verifyChunk{digests: goCompared}
+		if !goCompared {
+			c.err = both(func() (err error) { c.sc, err = e.src.Checksum(ctx, spec, r); return },
+				func() (err error) { c.tc, err = e.dst.Checksum(ctx, spec, r); return })
+			c.digests = c.err == nil && c.sc != c.tc
+		}
+		if c.digests {
+			c.err = both(func() (err error) { c.sd, err = e.src.Digests(ctx, spec, r); return },
+				func() (err error) { c.td, err = e.dst.Digests(ctx, spec, r); return })
+			if goCompared {
+				c.sc.Rows, c.tc.Rows = int64(len(c.sd)), int64(len(c.td))
+			}
+		}
+		if !send(c) || last {
+			return
+		}
+		lo = r.Hi
+	}
 }
 
 // firstKeys sorts keys (by their text) and keeps the first n.

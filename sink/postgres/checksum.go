@@ -95,6 +95,11 @@ func vSelect(c *tidemark.Column, a *vArgs, spec *tidemark.VerifySpec) vItem {
 // vRowHash returns the row hash as a signed bigint (the same 64 bits as the
 // source's unsigned value).
 func vRowHash(spec *tidemark.VerifySpec, a *vArgs) string {
+	return "('x' || " + vRowHashHex(spec, a) + ")::bit(64)::bigint"
+}
+
+// vRowHashHex is the same 64 bits as 16 hex digits (Digests parses them).
+func vRowHashHex(spec *tidemark.VerifySpec, a *vArgs) string {
 	var parts []string
 	for i := range spec.Table.Columns {
 		c := &spec.Table.Columns[i]
@@ -107,7 +112,7 @@ func vRowHash(spec *tidemark.VerifySpec, a *vArgs) string {
 	if len(parts) == 0 {
 		parts = []string{"''"}
 	}
-	return "('x' || substr(md5(" + strings.Join(parts, " || ") + "), 1, 16))::bit(64)::bigint"
+	return "left(md5(" + strings.Join(parts, " || ") + "), 16)"
 }
 
 func vKeyOrder(c *tidemark.Column) string {
@@ -274,7 +279,7 @@ func (v *Verifier) Digests(ctx context.Context, spec *tidemark.VerifySpec, r tid
 	for _, i := range goCols {
 		items = append(items, vSelect(&spec.Table.Columns[i], &a, spec))
 	}
-	h := vRowHash(spec, &a)
+	h := vRowHashHex(spec, &a)
 	w, err := v.where(ctx, spec, r, &a)
 	if err != nil {
 		return nil, err
@@ -283,7 +288,11 @@ func (v *Verifier) Digests(ctx context.Context, spec *tidemark.VerifySpec, r tid
 	for _, it := range items {
 		sel = append(sel, it.sql)
 	}
-	rows, err := v.s.pool.Query(ctx, "SELECT "+strings.Join(sel, ", ")+" FROM "+vTable(spec)+w, a...)
+	order := make([]string, len(spec.Table.Key))
+	for i, k := range spec.Table.Key {
+		order[i] = vKeyOrder(&spec.Table.Columns[k])
+	}
+	rows, err := v.s.pool.Query(ctx, "SELECT "+strings.Join(sel, ", ")+" FROM "+vTable(spec)+w+" ORDER BY "+strings.Join(order, ", "), a...)
 	if err != nil {
 		return nil, v.fail("read row digests "+r.String()+" of", spec, err)
 	}
@@ -291,12 +300,16 @@ func (v *Verifier) Digests(ctx context.Context, spec *tidemark.VerifySpec, r tid
 	nk := len(spec.Table.Key)
 	var out []tidemark.RowDigest
 	for rows.Next() {
-		var hash int64
-		texts, err := scanItems(rows, items, &hash)
+		var hex string
+		texts, err := scanItems(rows, items, &hex)
 		if err != nil {
 			return nil, v.fail("read row digests of", spec, err)
 		}
-		d := tidemark.RowDigest{Key: make([]string, nk), Hash: uint64(hash), Go: texts[nk:]}
+		hash, err := strconv.ParseUint(hex, 16, 64)
+		if err != nil {
+			return nil, fmt.Errorf("read row digests of %s: bad hash %q", spec.Table.ID, hex)
+		}
+		d := tidemark.RowDigest{Key: make([]string, nk), Hash: hash, Go: texts[nk:]}
 		for i := 0; i < nk; i++ {
 			if texts[i] != nil {
 				d.Key[i] = *texts[i]
