@@ -271,11 +271,31 @@ func (p *Pipeline) applyLoop(ctx context.Context, chunks <-chan Chunk) error {
 		defer t.Stop()
 		tick = t.C
 	}
-	flush := func() error {
+	// Batches apply one at a time and in order, but a full batch applies
+	// in the background (flushAsync) while the loop gathers the next one:
+	// decoding and filtering go on during the database's work. At most
+	// one batch is in flight; every other flush waits for it first.
+	var inflight chan error
+	wait := func() error {
+		if inflight == nil {
+			return nil
+		}
+		err := <-inflight
+		inflight = nil
+		return err
+	}
+	defer func() { _ = wait() }() // owned: the background apply ends before the loop
+	take := func() *Batch {
 		if timer != nil {
 			timer.Stop()
 			timer, timerC = nil, nil
 		}
+		b := batch
+		batch = &Batch{Source: p.cfg.Source}
+		bytes = 0
+		return b
+	}
+	apply := func(batch *Batch) error {
 		if len(batch.Changes) == 0 && batch.Checkpoint.IsZero() && len(batch.Watermarks) == 0 {
 			return nil
 		}
@@ -318,12 +338,34 @@ func (p *Pipeline) applyLoop(ctx context.Context, chunks <-chan Chunk) error {
 		if p.cfg.OnApply != nil {
 			p.cfg.OnApply(batch, stats, took)
 		}
-		batch = &Batch{Source: p.cfg.Source}
-		bytes = 0
+		return nil
+	}
+	// flush applies the batch in hand now, after the one in flight.
+	flush := func() error {
+		if err := wait(); err != nil {
+			return err
+		}
+		return apply(take())
+	}
+	// flushAsync starts applying the batch in hand once the one in flight
+	// is done, and returns.
+	flushAsync := func() error {
+		if err := wait(); err != nil {
+			return err
+		}
+		b := take()
+		done := make(chan error, 1)
+		inflight = done
+		go func() { done <- apply(b) }()
 		return nil
 	}
 	for {
 		select {
+		case err := <-inflight: // nil (blocks) when no batch is in flight
+			inflight = nil
+			if err != nil {
+				return err
+			}
 		case ch, ok := <-chunks:
 			if !ok {
 				return flush()
@@ -375,7 +417,7 @@ func (p *Pipeline) applyLoop(ctx context.Context, chunks <-chan Chunk) error {
 			if (full && !ch.Commit.IsZero()) || len(batch.Changes) >= 2*p.cfg.MaxBatchChanges || bytes >= 2*p.cfg.MaxBatchBytes {
 				// For a split transaction the checkpoint stays at the last
 				// boundary inside this batch (possibly none).
-				if err := flush(); err != nil {
+				if err := flushAsync(); err != nil {
 					return err
 				}
 			} else if len(batch.Changes) == 0 && !ch.Commit.IsZero() && len(ch.Watermarks) == 0 && timer == nil {
@@ -386,7 +428,7 @@ func (p *Pipeline) applyLoop(ctx context.Context, chunks <-chan Chunk) error {
 			}
 		case <-timerC:
 			timer, timerC = nil, nil
-			if err := flush(); err != nil {
+			if err := flushAsync(); err != nil {
 				return err
 			}
 		case <-tick:

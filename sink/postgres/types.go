@@ -177,11 +177,10 @@ func convertValue(c *tidemark.Column, v any) (any, string) {
 		if !ok {
 			return nil, wrongType(c, "tidemark.Decimal", v)
 		}
-		n, err := parseDecimal(string(x))
-		if err != "" {
-			return nil, err
+		if detail := validDecimal(string(x)); detail != "" {
+			return nil, detail
 		}
-		return n, ""
+		return pgDecimal(x), ""
 	case tidemark.KindFloat:
 		x, ok := v.(float32)
 		if !ok {
