@@ -19,9 +19,14 @@ import (
 // key: a violation of the invariant the post-load assertion guards.
 var ErrDuplicateKeys = errors.New("duplicate business keys in target")
 
-// Canonical forms: the text both sides produce per kind. Each value
-// is encoded as "<byte length>:<text>" and NULL as "-", concatenated in
-// column order; the row hash is the first 64 bits of the MD5 of that.
+// Canonical forms: the text both sides produce per kind. The row hash is
+// the first 64 bits of the MD5 of the values in column order joined by "|",
+// each value its canonical text — as "<byte length>:<text>" for the
+// free-form kinds (LengthPrefixed) — and NULL as "N". The fixed-format
+// texts (digits, signs, '.', ':', ' ', '-', hex) never hold "|" or "N", and
+// a length prefix says where a free-form text ends, so the encoding is
+// unambiguous without measuring every value (which the databases would do
+// by computing it twice).
 //
 //	int, uint, year   decimal digits ("-12", "0")
 //	bit               the unsigned value in decimal digits
@@ -39,6 +44,13 @@ var ErrDuplicateKeys = errors.New("duplicate business keys in target")
 //
 // A zero date on the source is NULL (as the tailer writes it with
 // zero_dates: null).
+
+// LengthPrefixed reports whether the canonical text of kind k is free-form
+// (any character may appear) and so is written with its byte length in the
+// row hash's input.
+func LengthPrefixed(k Kind) bool {
+	return k == KindText || k == KindEnum || k == KindSet
+}
 
 // GoCompared reports whether values of kind k are left out of the
 // in-database row hash and compared in Go instead: the two databases print

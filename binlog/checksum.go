@@ -268,8 +268,8 @@ func vCanon(c *tidemark.Column) string {
 }
 
 // vRowHash returns the expression of a row's 64-bit hash: the first 16 hex
-// digits of the MD5 of the length-prefixed canonical texts of every column
-// not compared in Go.
+// digits of the MD5 of the canonical texts of every column not compared in
+// Go, in tidemark.RowHashInput's encoding.
 func vRowHash(t *tidemark.Table) string {
 	return "CAST(CONV(" + vRowHashHex(t) + ", 16, 10) AS UNSIGNED)"
 }
@@ -284,12 +284,16 @@ func vRowHashHex(t *tidemark.Table) string {
 			continue
 		}
 		b := "CAST(" + vCanon(c) + " AS BINARY)"
-		parts = append(parts, "IFNULL(CONCAT(LENGTH("+b+"), ':', "+b+"), '-')")
+		if tidemark.LengthPrefixed(c.Kind) {
+			parts = append(parts, "IFNULL(CONCAT(LENGTH("+b+"), ':', "+b+"), 'N')")
+		} else {
+			parts = append(parts, "IFNULL("+b+", 'N')")
+		}
 	}
 	if len(parts) == 0 {
 		parts = []string{"''"}
 	}
-	return "LEFT(MD5(CONCAT(" + strings.Join(parts, ", ") + ")), 16)"
+	return "LEFT(MD5(CONCAT_WS('|', " + strings.Join(parts, ", ") + ")), 16)"
 }
 
 // vKeyOrder returns the expression a key column is ordered and compared by:

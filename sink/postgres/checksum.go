@@ -107,12 +107,16 @@ func vRowHashHex(spec *tidemark.VerifySpec, a *vArgs) string {
 			continue
 		}
 		e := vCanon(c, a, spec)
-		parts = append(parts, "COALESCE(octet_length("+e+")::text || ':' || "+e+", '-')")
+		if tidemark.LengthPrefixed(c.Kind) {
+			parts = append(parts, "COALESCE(octet_length("+e+")::text || ':' || "+e+", 'N')")
+		} else {
+			parts = append(parts, "COALESCE("+e+", 'N')")
+		}
 	}
 	if len(parts) == 0 {
 		parts = []string{"''"}
 	}
-	return "left(md5(" + strings.Join(parts, " || ") + "), 16)"
+	return "left(md5(" + strings.Join(parts, " || '|' || ") + "), 16)"
 }
 
 func vKeyOrder(c *tidemark.Column) string {
