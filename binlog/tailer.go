@@ -520,7 +520,9 @@ func (t *Tailer) addRows(ctx context.Context, tx *txState, e *replication.RowsEv
 		if len(raw) != len(ti.conv) {
 			return nil, 0, fmt.Errorf("decode row of %s: %d values for %d columns", ti.table.ID, len(raw), len(ti.conv))
 		}
-		row := make([]any, len(raw))
+		// Converted in place: the decoded row is the tailer's (go-mysql
+		// hands each event over once), so it need not be copied.
+		row := raw
 		size := 0
 		for i, v := range raw {
 			nv, err := ti.conv[i](v)
