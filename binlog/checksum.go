@@ -26,13 +26,14 @@ import (
 // checksums and daily totals inside MariaDB (see tidemark.VerifySide and
 // docs/verify.md), and reads the binlog retention of a position.
 //
-// It holds one connection, used by one query at a time; the session runs
-// with time_zone '+00:00' (so TIMESTAMP values read as UTC) and utf8mb4.
+// It keeps a connection per concurrent query (the verify engine reads two
+// chunks at once); each session runs with time_zone '+00:00' (so TIMESTAMP
+// values read as UTC) and utf8mb4.
 type Verifier struct {
 	cfg Config
 
 	mu   sync.Mutex
-	conn *client.Conn
+	idle []*client.Conn
 }
 
 var _ tidemark.SourceVerifier = (*Verifier)(nil)
@@ -46,48 +47,61 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 	return &Verifier{cfg: cfg}, nil
 }
 
-// Close closes the connection.
+// Close closes the idle connections (call it when no query runs).
 func (v *Verifier) Close() error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.conn != nil {
-		err := v.conn.Close()
-		v.conn = nil
-		return err
+	var errs []error
+	for _, c := range v.idle {
+		errs = append(errs, c.Close())
 	}
-	return nil
+	v.idle = nil
+	return errors.Join(errs...)
 }
 
-// exec runs one statement; a failed statement drops the connection so the
-// next call reconnects. go-mysql has no context support: ctx bounds only the
-// connect.
+// conn takes an idle connection or opens one.
+func (v *Verifier) conn(ctx context.Context) (*client.Conn, error) {
+	v.mu.Lock()
+	if n := len(v.idle); n > 0 {
+		c := v.idle[n-1]
+		v.idle = v.idle[:n-1]
+		v.mu.Unlock()
+		return c, nil
+	}
+	v.mu.Unlock()
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := client.ConnectWithContext(dctx, v.cfg.Addr, v.cfg.User, v.cfg.Password, "", 10*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("connect to source %s at %s: %w", v.cfg.Name, v.cfg.Addr, redact(err, v.cfg.Password))
+	}
+	for _, s := range []string{"SET time_zone = '+00:00'", "SET NAMES utf8mb4", "SET SESSION group_concat_max_len = 1048576"} {
+		if _, err := c.Execute(s); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("set up verify session on source %s: %w", v.cfg.Name, err)
+		}
+	}
+	return c, nil
+}
+
+// exec runs one statement; a failed statement drops its connection. go-mysql
+// has no context support: ctx bounds only the connect.
 func (v *Verifier) exec(ctx context.Context, q string, args ...any) (*mysql.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.conn == nil {
-		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		c, err := client.ConnectWithContext(dctx, v.cfg.Addr, v.cfg.User, v.cfg.Password, "", 10*time.Second)
-		if err != nil {
-			return nil, fmt.Errorf("connect to source %s at %s: %w", v.cfg.Name, v.cfg.Addr, redact(err, v.cfg.Password))
-		}
-		for _, s := range []string{"SET time_zone = '+00:00'", "SET NAMES utf8mb4", "SET SESSION group_concat_max_len = 1048576"} {
-			if _, err := c.Execute(s); err != nil {
-				c.Close()
-				return nil, fmt.Errorf("set up verify session on source %s: %w", v.cfg.Name, err)
-			}
-		}
-		v.conn = c
-	}
-	r, err := v.conn.Execute(q, args...)
+	c, err := v.conn(ctx)
 	if err != nil {
-		_ = v.conn.Close()
-		v.conn = nil
+		return nil, err
+	}
+	r, err := c.Execute(q, args...)
+	if err != nil {
+		_ = c.Close()
 		return nil, redact(err, v.cfg.Password)
 	}
+	v.mu.Lock()
+	v.idle = append(v.idle, c)
+	v.mu.Unlock()
 	return r, nil
 }
 

@@ -83,6 +83,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "docs/PERFORMANCE.md", "report file")
 	flag.StringVar(&o.bin, "bin", "", "tidemark binary (default: build it)")
 	flag.StringVar(&o.t1Profile, "t1-cpuprofile", "", "write a CPU profile of T1 (tailer + dedupe) to this file")
+	flag.IntVar(&batchChanges, "batch", 0, "batch.max_changes of the daemon (default: tidemark's)")
 	flag.StringVar(&o.t2Profile, "t2-cpuprofile", "", "write a CPU profile of the daemon during T2 insert-heavy to this file")
 	flag.IntVar(&o.fallbackRows, "fallback", 0, "instead: benchmark the fallback catch-up on a table of this many rows")
 	flag.Parse()
@@ -545,6 +546,9 @@ func naive(ctx context.Context, pg *pgx.Conn, n int) (result, error) {
 	return result{name: "C3 naive per-row upsert", rows: n, took: time.Since(start)}, nil
 }
 
+// batchChanges is the -batch flag: batch.max_changes of every daemon run.
+var batchChanges int
+
 func writeConfig(env harness.Env, source, table string, start tidemark.Position) (string, error) {
 	y := fmt.Sprintf(`source:
   name: %s
@@ -562,6 +566,9 @@ target:
 log:
   level: warn
 `, source, env.MySQLAddr, env.MySQLUser, 7100+len(source)+len(table), zone, benchDB, table, start, source)
+	if batchChanges > 0 {
+		y += fmt.Sprintf("batch:\n  max_changes: %d\n", batchChanges)
+	}
 	f, err := os.CreateTemp("", "tidemark-bench-*.yaml")
 	if err != nil {
 		return "", err

@@ -381,17 +381,12 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	log := newLogger(cfg.Log, stderr)
 	if cpuProfile != "" {
-		f, err := os.Create(cpuProfile)
+		stop, err := startCPUProfile(cpuProfile)
 		if err != nil {
-			log.Error("create CPU profile", "err", err)
-			return exitUsage
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
 			log.Error("start CPU profile", "err", err)
 			return exitUsage
 		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	var applied tidemark.ApplyStats
 	last := time.Now()
@@ -484,4 +479,18 @@ func cmdCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	fmt.Fprintln(stdout, pos.String())
 	return exitOK
+}
+
+// startCPUProfile writes a CPU profile to path until the returned function
+// is called.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("create CPU profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("start CPU profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

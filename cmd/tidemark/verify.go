@@ -367,10 +367,26 @@ func (e *verifyEngine) run(ctx context.Context, spec *tidemark.VerifySpec, sums 
 	srcOnly := map[string]tidemark.RowDigest{}
 	dstOnly := map[string]tidemark.RowDigest{}
 	var changed [][]string
-	// Chunks are fetched one ahead of the comparison: while Go compares
-	// chunk n, both databases already work on chunk n+1.
+	// The duplicate-key assertion is one aggregate over the target table:
+	// it runs alongside the chunks.
+	type dupResult struct {
+		rep tidemark.DuplicateReport
+		err error
+	}
+	dups := make(chan dupResult, 1)
+	go func() { // owned: waited for below or on the way out
+		r, err := e.dst.DuplicateKeys(ctx, spec, time.Time{}, e.examples)
+		dups <- dupResult{r, err}
+	}()
+	defer func() {
+		if dups != nil {
+			<-dups
+		}
+	}()
+	// Chunks are read ahead of the comparison, verifyParallel at a time,
+	// and compared in key order.
 	fctx, cancel := context.WithCancel(ctx)
-	chunks := make(chan verifyChunk, 1)
+	chunks := make(chan chan verifyChunk, verifyParallel)
 	fetched := make(chan struct{})
 	go func() { // owned: run waits for it below
 		defer close(fetched)
@@ -383,7 +399,8 @@ func (e *verifyEngine) run(ctx context.Context, spec *tidemark.VerifySpec, sums 
 		}
 		<-fetched
 	}()
-	for c := range chunks {
+	for f := range chunks {
+		c := <-f
 		if c.err != nil {
 			return c.err
 		}
@@ -463,11 +480,12 @@ func (e *verifyEngine) run(ctx context.Context, spec *tidemark.VerifySpec, sums 
 			return err
 		}
 	}
-	dup, err := e.dst.DuplicateKeys(ctx, spec, time.Time{}, e.examples)
-	if err != nil {
-		return err
+	d := <-dups
+	dups = nil
+	if d.err != nil {
+		return d.err
 	}
-	rep.DuplicateKeys, rep.Duplicates = dup.Groups, dup.Examples
+	rep.DuplicateKeys, rep.Duplicates = d.rep.Groups, d.rep.Examples
 	if spec.EventTime != "" {
 		if err := e.daily(ctx, spec, sums, rep); err != nil {
 			return err
@@ -484,23 +502,37 @@ type verifyChunk struct {
 	err     error
 }
 
-// fetchChunks reads the table chunk by chunk into out, ending after the
-// last chunk, an error (sent as the last chunk) or when ctx is done. A
-// table with Go-compared columns reads every chunk's digests: their count
-// is the chunk's row count, and a checksum pass would read it twice.
-func (e *verifyEngine) fetchChunks(ctx context.Context, spec *tidemark.VerifySpec, goCompared bool, out chan<- verifyChunk) {
-	send := func(c verifyChunk) bool {
+// verifyParallel is the chunks read at once: each database then works on
+// two queries (two cores on the machine measured), while Go compares a
+// third. Bounds are found one after the other (a bound needs the previous).
+const verifyParallel = 2
+
+// fetchChunks reads the table chunk by chunk and sends each chunk's
+// result, in key order, on out; it ends after the last chunk, after an
+// error (sent as the last result) or when ctx is done. A table with
+// Go-compared columns reads every chunk's digests: their count is the
+// chunk's row count, and a checksum pass would read it twice.
+func (e *verifyEngine) fetchChunks(ctx context.Context, spec *tidemark.VerifySpec, goCompared bool, out chan<- chan verifyChunk) {
+	var wg sync.WaitGroup
+	defer wg.Wait() // owned: every chunk's reader ends before fetchChunks
+	slots := make(chan struct{}, verifyParallel)
+	send := func(f chan verifyChunk) bool {
 		select {
-		case out <- c:
-			return c.err == nil
+		case out <- f:
+			return true
 		case <-ctx.Done():
 			return false
 		}
 	}
+	fail := func(err error) {
+		f := make(chan verifyChunk, 1)
+		f <- verifyChunk{err: err}
+		send(f)
+	}
 	var lo []string
 	for {
 		if err := ctx.Err(); err != nil {
-			send(verifyChunk{err: err})
+			fail(err)
 			return
 		}
 		r := tidemark.KeyRange{Lo: lo}
@@ -508,31 +540,50 @@ func (e *verifyEngine) fetchChunks(ctx context.Context, spec *tidemark.VerifySpe
 		if spec.Chunked() {
 			hi, ok, err := e.src.NextBound(ctx, spec, lo, e.chunkRows)
 			if err != nil {
-				send(verifyChunk{err: err})
+				fail(err)
 				return
 			}
 			if ok {
 				r.Hi, last = hi, false
 			}
 		}
-		c := verifyChunk{digests: goCompared}
-		if !goCompared {
-			c.err = both(func() (err error) { c.sc, err = e.src.Checksum(ctx, spec, r); return },
-				func() (err error) { c.tc, err = e.dst.Checksum(ctx, spec, r); return })
-			c.digests = c.err == nil && c.sc != c.tc
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			fail(ctx.Err())
+			return
 		}
-		if c.digests {
-			c.err = both(func() (err error) { c.sd, err = e.src.Digests(ctx, spec, r); return },
-				func() (err error) { c.td, err = e.dst.Digests(ctx, spec, r); return })
-			if goCompared {
-				c.sc.Rows, c.tc.Rows = int64(len(c.sd)), int64(len(c.td))
-			}
-		}
-		if !send(c) || last {
+		f := make(chan verifyChunk, 1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			f <- e.fetchChunk(ctx, spec, goCompared, r)
+		}()
+		if !send(f) || last {
 			return
 		}
 		lo = r.Hi
 	}
+}
+
+// fetchChunk reads one chunk: both sides' checksums, and their digests
+// when the checksums differ or the table has Go-compared columns.
+func (e *verifyEngine) fetchChunk(ctx context.Context, spec *tidemark.VerifySpec, goCompared bool, r tidemark.KeyRange) verifyChunk {
+	c := verifyChunk{digests: goCompared}
+	if !goCompared {
+		c.err = both(func() (err error) { c.sc, err = e.src.Checksum(ctx, spec, r); return },
+			func() (err error) { c.tc, err = e.dst.Checksum(ctx, spec, r); return })
+		c.digests = c.err == nil && c.sc != c.tc
+	}
+	if c.digests {
+		c.err = both(func() (err error) { c.sd, err = e.src.Digests(ctx, spec, r); return },
+			func() (err error) { c.td, err = e.dst.Digests(ctx, spec, r); return })
+		if goCompared {
+			c.sc.Rows, c.tc.Rows = int64(len(c.sd)), int64(len(c.td))
+		}
+	}
+	return c
 }
 
 // firstKeys sorts keys (by their text) and keeps the first n.
@@ -707,8 +758,17 @@ func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, sec
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	chunkRows := fs.Int("chunk-rows", 0, "source rows per checksum chunk (default verify.chunk_rows, 10000)")
 	examples := fs.Int("examples", 0, "keys listed per kind of difference (default verify.examples, 10)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the verification to this file")
 	if err := fs.Parse(args); err != nil {
 		return exitVerifyError
+	}
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, "tidemark:", err)
+			return exitVerifyError
+		}
+		defer stop()
 	}
 	cfg, err := LoadConfig(*path)
 	if err != nil {
