@@ -53,3 +53,26 @@ func BenchmarkCoalesce(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(stream)), "ns/change")
 }
+
+// BenchmarkFilterDistinctKeys is a backlog of inserts of distinct keys, as
+// in `make bench`: past Config.MaxKeys every change evicts the oldest key.
+func BenchmarkFilterDistinctKeys(b *testing.B) {
+	const n = 400_000
+	stream := make([]tidemark.Change, n)
+	for i := range stream {
+		stream[i] = ins(int64(i), "A", ver(uint64(i+1), 1), t0.Add(time.Duration(i)*time.Microsecond))
+	}
+	w, err := New(Config{Delay: time.Minute, Now: func() time.Time { return t0.Add(time.Hour) }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	batch := make([]tidemark.Change, 0, 1000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		off := (i * 1000) % n
+		batch = append(batch[:0], stream[off:off+1000]...)
+		w.Filter(batch)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*1000), "ns/change")
+}

@@ -33,6 +33,7 @@ package dedupe
 import (
 	"bytes"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"sync"
 	"time"
@@ -59,8 +60,20 @@ type stateKey struct {
 // entry is the state of a key: the newest version passed for it and that
 // change's event time in Unix microseconds (clamped).
 type entry struct {
+	id      stateKey // whose state it is (the LRU is keyed by its hash)
 	version tidemark.Version
 	et      int64
+}
+
+// slotOf is the LRU key of a state key: a 64-bit hash, so that the LRU's
+// map hashes and compares a machine word instead of a struct with a string
+// (a third of the filter's time on a backlog of distinct keys). Two keys
+// sharing a hash share a slot: the entry names its key, a lookup of the
+// other finds no state, and a key without state is never dropped — a
+// collision can only cost a duplicate that then reaches the sink's version
+// guard. A variable so that a test can force collisions.
+var slotOf = func(seed maphash.Seed, k stateKey) uint64 {
+	return maphash.String(seed, string(k.key)) ^ (uint64(k.table)+1)*0x9E3779B97F4A7C15
 }
 
 // tableInfo is what the window knows about a table ID: its number in state
@@ -81,7 +94,8 @@ type Window struct {
 	cfg   Config
 	delay int64 // Config.Delay in µs
 	tol   int64 // Config.Tolerance in µs
-	state *simplelru.LRU[stateKey, entry]
+	state *simplelru.LRU[uint64, entry]
+	seed  maphash.Seed
 	maxET int64 // largest (clamped) event time seen, µs; noTime when none
 
 	tables    map[tidemark.TableID]*tableInfo
@@ -101,7 +115,7 @@ func New(cfg Config) (*Window, error) {
 	if err != nil {
 		return nil, err
 	}
-	state, err := simplelru.NewLRU[stateKey, entry](cfg.MaxKeys, nil)
+	state, err := simplelru.NewLRU[uint64, entry](cfg.MaxKeys, nil)
 	if err != nil {
 		return nil, fmt.Errorf("create dedupe state: %w", err)
 	}
@@ -110,6 +124,7 @@ func New(cfg Config) (*Window, error) {
 		delay:  cfg.Delay.Microseconds(),
 		tol:    cfg.Tolerance.Microseconds(),
 		state:  state,
+		seed:   maphash.MakeSeed(),
 		maxET:  noTime,
 		tables: make(map[tidemark.TableID]*tableInfo),
 	}, nil
@@ -174,9 +189,9 @@ func (w *Window) Filter(changes []tidemark.Change) []tidemark.Change {
 			// change may have overwritten it in a target that cannot
 			// guard deleted rows.
 			d.PassedLate++
-			w.state.Remove(kNew)
+			w.forget(kNew)
 			if moved {
-				w.state.Remove(kOld)
+				w.forget(kOld)
 			}
 			out = append(out, *c)
 			continue
@@ -265,13 +280,25 @@ func (w *Window) Watermark() (time.Time, bool) {
 // lookup returns the state of k, evicting it when the watermark wm has passed
 // its event time + Delay.
 func (w *Window) lookup(k stateKey, wm int64, d *Stats) (entry, bool) {
-	e, ok := w.state.Peek(k)
-	if ok && e.et+w.delay < wm {
-		w.state.Remove(k)
+	slot := slotOf(w.seed, k)
+	e, ok := w.state.Peek(slot)
+	if !ok || e.id != k {
+		return entry{}, false
+	}
+	if e.et+w.delay < wm {
+		w.state.Remove(slot)
 		d.EvictedWatermark++
 		return entry{}, false
 	}
-	return e, ok
+	return e, true
+}
+
+// forget drops the state of k (not of another key sharing its slot).
+func (w *Window) forget(k stateKey) {
+	slot := slotOf(w.seed, k)
+	if e, ok := w.state.Peek(slot); ok && e.id == k {
+		w.state.Remove(slot)
+	}
 }
 
 // record makes v, the version just passed for k, its state: the last
@@ -280,7 +307,7 @@ func (w *Window) lookup(k stateKey, wm int64, d *Stats) (entry, bool) {
 // newer one would let Filter drop a replay of that newer change after the
 // older one reached the target.
 func (w *Window) record(k stateKey, v tidemark.Version, et int64, d *Stats) {
-	if w.state.Add(k, entry{version: v, et: et}) {
+	if w.state.Add(slotOf(w.seed, k), entry{id: k, version: v, et: et}) {
 		d.EvictedCapacity++
 	}
 }

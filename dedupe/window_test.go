@@ -2,9 +2,12 @@ package dedupe
 
 import (
 	"errors"
+	"fmt"
+	"hash/maphash"
 	"io"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -551,5 +554,37 @@ func TestEventTimeColumnMissingFromSchema(t *testing.T) {
 	w.Filter([]tidemark.Change{c, c})
 	if st := w.Stats(); st.EventTimeFallback != 2 || st.DroppedDuplicate != 1 {
 		t.Fatalf("stats = %+v, want 2 fallbacks and 1 duplicate", st)
+	}
+}
+
+// TestSlotCollisionsNeverDrop: when every key shares one LRU slot, a key
+// whose state another key overwrote has no state, so its duplicate passes
+// (the sink's version guard is the backstop) — nothing is ever dropped
+// that was not passed before with the same or a newer version.
+func TestSlotCollisionsNeverDrop(t *testing.T) {
+	saved := slotOf
+	slotOf = func(maphash.Seed, stateKey) uint64 { return 42 }
+	t.Cleanup(func() { slotOf = saved })
+	w, err := New(Config{Delay: time.Hour, Now: func() time.Time { return sec(10) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := []tidemark.Change{
+		ins(1, "a", ver(1, 1), sec(1)),
+		ins(2, "b", ver(1, 2), sec(1)), // takes key 1's slot
+		ins(1, "a", ver(1, 1), sec(1)), // duplicate of key 1: no state left, passes
+		ins(1, "a", ver(1, 1), sec(1)), // key 1 holds the slot again: dropped
+		ins(2, "b", ver(1, 2), sec(1)), // key 2 lost the slot: passes
+	}
+	out := w.Filter(slices.Clone(in))
+	var got []string
+	for _, c := range out {
+		got = append(got, fmt.Sprint(c.After[0]))
+	}
+	if strings.Join(got, ",") != "1,2,1,2" {
+		t.Fatalf("passed keys %v, want 1,2,1,2", got)
+	}
+	if st := w.Stats(); st.DroppedDuplicate != 1 {
+		t.Fatalf("dropped %d duplicates, want 1", st.DroppedDuplicate)
 	}
 }
