@@ -376,32 +376,50 @@ JSON columns; update-heavy: %d updates over %d hot keys (Zipf s=1.1, 1–10 per 
 - C2 is one pgx CopyFrom of rows of the same shape into an identical table with a primary key.
 - C3 is one INSERT … ON CONFLICT DO UPDATE per row, autocommit (what a hand-written consumer does).
 - T2 runs the real binary (`+"`tidemark run`"+`) from the backlog's start until its checkpoint
-  reaches the backlog's end: decode, normalize, dedupe, COPY into staging, version-guarded upsert,
-  checkpoint, all in one transaction per batch.
+  reaches the backlog's end: decode, normalize, dedupe, then per batch one transaction with the
+  rows (a batch of fresh inserts is COPYed straight into the target inside a savepoint; anything
+  else, or a batch that meets an existing key, goes through COPY into staging and the
+  version-guarded upsert) and the checkpoint. A full batch applies in the background while the
+  next one is gathered.
 - V runs `+"`tidemark verify`"+` on the table T2 just replicated (chunked checksums computed inside
-  MariaDB and PostgreSQL); RV compares its rows/s with T2's apply rows/s on the same table.
+  MariaDB and PostgreSQL; this table has a JSON column, so each chunk's keys, row hashes and JSON
+  values are compared in Go); RV compares its rows/s with T2's apply rows/s on the same table.
 - T3 runs a generator at half of T2's insert-heavy rate while tidemark streams; lag is
   PostgreSQL's `+"`_tm_loaded_at`"+` minus the source `+"`NOW(6)`"+` stored in the row (same clock).
 - RSS is the peak resident set (getrusage maxrss) of the tidemark process.
 
 ## Where the time goes (pprof, this machine)
 
-- **T2 is bound by PostgreSQL's CPU.** During T2 the tidemark process uses about 0.6 of a core
-  (`+"`"+`tidemark run --cpuprofile`+"`"+`); PostgreSQL's backend uses the other core for the staged
-  `+"`"+`INSERT … SELECT … ON CONFLICT DO UPDATE`+"`"+` with the version guard. On two cores shared with
-  MariaDB's dump thread, COPY + upsert reaches about 0.3–0.45 of a plain COPY (FIELD-NOTES
-  measured 0.39 for staging + upsert alone, without decode, dedupe or checkpoints); batch size
-  (5,000 vs 20,000 changes) made no difference. R3 ≥ 40× would need T2 ≈ 0.55× COPY, which
-  no upsert path measured here reaches: the naive per-row consumer is ~4k rows/s.
-- **T1 is bound by allocation and GC.** go-mysql's own row decoding is ~40%% of T1's CPU; the
-  rest is tidemark's conversion (a boxed value per column, a `+"`"+`time.Time`+"`"+` per DATETIME and
-  TIMESTAMP), the dedupe LRU (~15%%) and GC. DATETIME is read as text (`+"`"+`ParseTime`+"`"+` off) so that an
-  invalid date is an error instead of being shifted to another day (a correctness fix that costs
-  go-mysql's `+"`"+`fmt.Sprintf`+"`"+` per temporal value); C1 keeps `+"`"+`ParseTime`+"`"+` on as the ceiling.
-- Fixed along the way: go-mysql's decode cache of 10,240 events held hundreds of MB of decoded
+Profiles: `+"`go run ./cmd/tidemark-bench -t1-cpuprofile t1.prof -t2-cpuprofile t2.prof`"+` and
+`+"`tidemark verify --cpuprofile v.prof`"+`.
+
+- **T2 is bound by the two cores.** The tidemark process uses about one core (4.8 s of CPU in a
+  4.8 s run); PostgreSQL's COPY and MariaDB's dump thread share the other. Of tidemark's CPU:
+  go-mysql's decoding ~20%%, dedupe ~14%%, tidemark's conversion ~11%%, the sink's plan ~10%%,
+  pgx's COPY encoding ~12%% (it looks up an encode plan for every value), GC ~9%%. What moved
+  it: the direct insert path (99.8k → ~145k rows/s; the staged upsert costs PostgreSQL about
+  twice the work of a COPY), then applying full batches in the background, DECIMAL encoded from
+  its digits instead of through big.Int, and the decoder changes below. Batch size 5,000 vs
+  20,000 changes: within 3%%.
+- **T1 is bound by go-mysql's decoder goroutine.** Two costs were ours to remove: go-mysql's
+  `+"`"+`ReadTimeout`+"`"+` sets a socket deadline before every packet (11%% of its goroutine): one deadline
+  per stream, watched from one goroutine, does the same job; and with `+"`"+`ParseTime`+"`"+` off every
+  DATETIME went through `+"`"+`fmt.Sprintf`+"`"+` and every TIMESTAMP through `+"`"+`time.Format`+"`"+`, then back
+  through our parser. ParseTime is on now, with a check of each DATETIME's raw bytes for a day
+  that does not exist (go-mysql's `+"`"+`time.Date`+"`"+` would shift it silently). Left: go-mysql
+  allocates a map per row (`+"`"+`UnsignedMap`+"`"+`) and boxes every value; the dedupe LRU (a hash,
+  an entry and an eviction per change past 100k keys); a channel hand-off per transaction.
+- **V is bound by the databases.** MariaDB spends ~1.8 s per 1M rows computing row hashes (MD5
+  alone ~0.65 s), PostgreSQL about as much; tidemark's comparison is ~1.3 s of CPU. What moved
+  it (14.3 s → ~4.0 s for 1M rows): JSON compared by a one-pass normalizer instead of
+  encoding/json + big.Rat; no checksum pass when every chunk's digests are read anyway; two chunks
+  read at once and compared in key order; row hashes as hex; the hash input computed once per
+  value. A canonical JSON computed inside PostgreSQL (PL/pgSQL, to match MariaDB's
+  `+"`"+`JSON_NORMALIZE`+"`"+`) costs 7.9 s per 1M documents on its own, so JSON stays compared in Go.
+- Fixed earlier: go-mysql's decode cache of 10,240 events held hundreds of MB of decoded
   rows (now 256 events); the dedupe state bound of 1M keys held ~200 MB on a backlog of distinct
-  keys (now 100k); no re-boxing of decoded values; integer-key fast path; GOGC=400 with a
-  200 MiB soft memory limit; the dedupe filter runs in its own stage, overlapping the apply.
+  keys (now 100k); integer-key fast path; GOGC=400 with a 200 MiB soft memory limit; the dedupe
+  filter runs in its own stage.
 `, time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), cpu, mem, runtime.Version(),
 		o.bulkTx*o.bulkRows+o.singles, o.bulkTx, o.bulkRows, o.singles, o.updates, o.hotKeys, table)
 	if err := os.MkdirAll(filepath.Dir(o.out), 0o755); err != nil {
