@@ -71,7 +71,11 @@ func (w *readWatch) run(ctx context.Context) {
 	tick := max(w.timeout/8, 10*time.Millisecond)
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	last, idle := w.events.Load(), time.Duration(0)
+	// idle counts from the first tick that sees the tailer waiting with
+	// no new event, so the timeout fires between timeout and timeout+tick
+	// after the wait began — never early.
+	const notIdle = -1
+	last, idle := w.events.Load(), time.Duration(notIdle)
 	for {
 		select {
 		case <-ctx.Done():
@@ -80,7 +84,11 @@ func (w *readWatch) run(ctx context.Context) {
 		}
 		n := w.events.Load()
 		if n != last || !w.waiting.Load() {
-			last, idle = n, 0
+			last, idle = n, notIdle
+			continue
+		}
+		if idle == notIdle {
+			idle = 0
 			continue
 		}
 		if idle += tick; idle < w.timeout {
