@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -117,7 +118,7 @@ type batchPlan struct {
 type groupPlan struct {
 	def  *tableDef
 	key  defKey
-	rows [][]any // _tm_op, columns..., _tm_seq, _tm_idx, _tm_commit_time
+	rows copyRows // encoded for COPY (encode.go)
 	// staged operations by code
 	nUpsert, nDelete, nKeyGone int
 	// nInserts counts the upserts of inserted or read rows: when every row
@@ -259,11 +260,9 @@ func (s *Sink) plan(b *tidemark.Batch) (*batchPlan, error) {
 			groups[o.def] = g
 			p.groups = append(p.groups, g)
 		}
-		row, err := stageRow(o)
-		if err != nil {
+		if err := encodeRow(&g.rows, o); err != nil {
 			return nil, err
 		}
-		g.rows = append(g.rows, row)
 		switch o.code {
 		case opUpsert:
 			g.nUpsert++
@@ -279,36 +278,42 @@ func (s *Sink) plan(b *tidemark.Batch) (*batchPlan, error) {
 	return p, nil
 }
 
-// stageRow converts one operation into a staging row.
-func stageRow(o *plannedOp) ([]any, error) {
+// encodeRow encodes one operation's fields after _tm_op (see copyRows).
+func encodeRow(r *copyRows, o *plannedOp) error {
 	d := o.def
 	cols := d.table.Columns
-	out := make([]any, 0, len(cols)+4)
-	out = append(out, o.code)
+	start := len(r.buf)
 	for ci := range cols {
 		v := o.row[ci]
 		if o.del && !d.soft && !d.keySet[ci] {
-			out = append(out, nil) // a hard delete needs only the key
+			r.buf = appendNull(r.buf) // a hard delete needs only the key
 			continue
 		}
 		if v == nil && d.keySet[ci] {
-			return nil, &tidemark.ValueError{Table: d.id, Column: cols[ci].Name, Detail: "business key column is NULL"}
+			r.buf = r.buf[:start]
+			return &tidemark.ValueError{Table: d.id, Column: cols[ci].Name, Detail: "business key column is NULL"}
 		}
-		cv, err := convert(d.id, &cols[ci], v)
-		if err != nil {
-			return nil, err
+		var detail string
+		if r.buf, detail = appendValue(r.buf, &cols[ci], v); detail != "" {
+			r.buf = r.buf[:start]
+			return &tidemark.ValueError{Table: d.id, Column: cols[ci].Name, Detail: detail}
 		}
-		out = append(out, cv)
 	}
 	if o.version.Seq > math.MaxInt64 || o.version.Index > math.MaxInt32 {
-		return nil, fmt.Errorf("change of %s: version %s does not fit the %s bigint / %s integer columns", d.id, o.version, colSeq, colIdx)
+		r.buf = r.buf[:start]
+		return fmt.Errorf("change of %s: version %s does not fit the %s bigint / %s integer columns", d.id, o.version, colSeq, colIdx)
 	}
-	var commit any
-	if !o.commit.IsZero() {
-		commit = o.commit.UTC()
+	r.buf = binary.BigEndian.AppendUint32(r.buf, 8)
+	r.buf = binary.BigEndian.AppendUint64(r.buf, o.version.Seq)
+	r.buf = binary.BigEndian.AppendUint32(r.buf, 4)
+	r.buf = binary.BigEndian.AppendUint32(r.buf, o.version.Index)
+	if o.commit.IsZero() {
+		r.buf = appendNull(r.buf)
+	} else {
+		r.buf = appendTimestamptz(r.buf, o.commit)
 	}
-	out = append(out, int64(o.version.Seq), int32(o.version.Index), commit)
-	return out, nil
+	r.rows = append(r.rows, copyRow{op: o.code, start: start, end: len(r.buf)})
+	return nil
 }
 
 // applyOnce runs one attempt of the batch's transaction.
@@ -392,26 +397,26 @@ func (s *Sink) applyOnce(ctx context.Context, b *tidemark.Batch, p *batchPlan) (
 func (s *Sink) applyGroup(ctx context.Context, tx pgx.Tx, g *groupPlan, now time.Time) (tidemark.ApplyStats, error) {
 	var st tidemark.ApplyStats
 	d := g.def
-	if g.nInserts == len(g.rows) && s.tryDirect(g.key) {
+	if g.nInserts == len(g.rows.rows) && s.tryDirect(g.key) {
 		inserted, err := s.copyDirect(ctx, tx, g, now)
 		if err != nil {
 			return st, err
 		}
 		s.directOutcome(g.key, inserted)
 		if inserted {
-			st.Inserted = len(g.rows)
+			st.Inserted = len(g.rows.rows)
 			return st, nil
 		}
 	}
 	if _, err := tx.Exec(ctx, d.createStageSQL); err != nil {
 		return st, d.wrap("create staging table for", err)
 	}
-	n, err := tx.CopyFrom(ctx, pgx.Identifier{"pg_temp", d.stage}, d.copyColumns, pgx.CopyFromRows(g.rows))
+	tag, err := tx.Conn().PgConn().CopyFrom(ctx, g.rows.stageStream(len(d.table.Columns)), d.stageCopySQL)
 	if err != nil {
 		return st, d.wrap("stage rows for", err)
 	}
-	if n != int64(len(g.rows)) {
-		return st, fmt.Errorf("stage rows for %s: copied %d of %d rows", d.display, n, len(g.rows))
+	if n := tag.RowsAffected(); n != int64(len(g.rows.rows)) {
+		return st, fmt.Errorf("stage rows for %s: copied %d of %d rows", d.display, n, len(g.rows.rows))
 	}
 	counted := g.nUpsert
 	if d.soft {

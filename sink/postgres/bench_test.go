@@ -111,12 +111,15 @@ func BenchmarkCopyCeiling(b *testing.B) {
 	batches := make([][][]any, b.N)
 	for i := range batches {
 		for _, c := range benchChanges(tbl, int64(i)*benchBatch, uint64(i+1)) {
-			o := plannedOp{def: d, row: c.After, version: c.Version, commit: c.CommitTime, code: opUpsert}
-			r, err := stageRow(&o)
-			if err != nil {
-				b.Fatal(err)
+			r := make([]any, 0, len(cols))
+			for ci := range tbl.Columns {
+				v, err := convert(tbl.ID, &tbl.Columns[ci], c.After[ci])
+				if err != nil {
+					b.Fatal(err)
+				}
+				r = append(r, v)
 			}
-			batches[i] = append(batches[i], r[1:])
+			batches[i] = append(batches[i], append(r, int64(c.Version.Seq), int32(c.Version.Index), c.CommitTime.UTC()))
 		}
 	}
 	b.ResetTimer()

@@ -516,13 +516,39 @@ func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, directSafe 
 			return d.wrap("record the schema of", err)
 		}
 	}
-	if slices.Equal(t.key, d.table.KeyNames()) {
+	if len(ev.stmts) > 0 {
+		if t, err = readTarget(ctx, tx, d.qname); err != nil {
+			return d.wrap("read the target schema of", err)
+		}
+	}
+	if slices.Equal(t.key, d.table.KeyNames()) && directTypesMatch(t, d) {
 		if err := tx.QueryRow(ctx, "SELECT COALESCE(bool_and(indimmediate), false) FROM pg_index WHERE indrelid = $1::regclass AND indisprimary",
 			d.qname).Scan(directSafe); err != nil {
 			return d.wrap("read the primary key of", err)
 		}
 	}
 	return nil
+}
+
+// directTypesMatch reports whether every column the direct insert path
+// writes has exactly the type its binary COPY encodes (a target may hold a
+// wider type, which staging reaches through an assignment cast).
+func directTypesMatch(t *targetTable, d *tableDef) bool {
+	for i := range d.table.Columns {
+		if t.types[d.table.Columns[i].Name] != canonType(d.types[i]) {
+			return false
+		}
+	}
+	meta := map[string]string{colSeq: "bigint", colIdx: "integer", colCommitTime: "timestamptz", colLoadedAt: "timestamptz"}
+	if d.soft {
+		meta[colDeleted], meta[colDeletedAt] = "boolean", "timestamptz"
+	}
+	for c, typ := range meta {
+		if t.types[c] != canonType(typ) {
+			return false
+		}
+	}
+	return true
 }
 
 func sameAlignment(a, b *alignment) bool {

@@ -94,21 +94,21 @@ func (s *Sink) copyDirect(ctx context.Context, tx pgx.Tx, g *groupPlan, loadedAt
 	if _, err := tx.Exec(ctx, "SAVEPOINT "+directSavepoint); err != nil {
 		return false, d.wrap("insert rows into", err)
 	}
-	src := &directRows{rows: g.rows, loadedAt: loadedAt, soft: d.soft, i: -1}
-	n, err := tx.CopyFrom(ctx, pgx.Identifier{d.schema, d.name}, d.directColumns, src)
+	tag, err := tx.Conn().PgConn().CopyFrom(ctx, g.rows.directStream(len(d.table.Columns), loadedAt, d.soft), d.directCopySQL)
+	n := tag.RowsAffected()
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
 			if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+directSavepoint); rerr != nil {
 				return false, d.wrap("roll back the direct insert into", rerr)
 			}
-			s.log.Debug("direct insert found existing keys; staging", "table", d.display, "rows", len(g.rows))
+			s.log.Debug("direct insert found existing keys; staging", "table", d.display, "rows", len(g.rows.rows))
 			return false, nil
 		}
 		return false, d.wrap("insert rows into", err)
 	}
-	if n != int64(len(g.rows)) {
-		return false, fmt.Errorf("insert rows into %s: copied %d of %d rows", d.display, n, len(g.rows))
+	if n != int64(len(g.rows.rows)) {
+		return false, fmt.Errorf("insert rows into %s: copied %d of %d rows", d.display, n, len(g.rows.rows))
 	}
 	if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT "+directSavepoint); err != nil {
 		return false, d.wrap("insert rows into", err)
@@ -116,28 +116,3 @@ func (s *Sink) copyDirect(ctx context.Context, tx pgx.Tx, g *groupPlan, loadedAt
 	s.directRows.Add(n) // counted when the attempt's transaction may still fail: a measure of the path's use
 	return true, nil
 }
-
-// directRows turns staging rows (_tm_op, columns…, _tm_seq, _tm_idx,
-// _tm_commit_time) into target rows (columns…, _tm_seq, _tm_idx,
-// _tm_commit_time, _tm_loaded_at[, _tm_deleted, _tm_deleted_at]) in one
-// reused buffer.
-type directRows struct {
-	rows     [][]any
-	loadedAt time.Time
-	soft     bool
-	i        int
-	buf      []any
-}
-
-func (r *directRows) Next() bool { r.i++; return r.i < len(r.rows) }
-
-func (r *directRows) Values() ([]any, error) {
-	row := r.rows[r.i]
-	r.buf = append(append(r.buf[:0], row[1:]...), r.loadedAt)
-	if r.soft {
-		r.buf = append(r.buf, false, nil)
-	}
-	return r.buf, nil
-}
-
-func (r *directRows) Err() error { return nil }

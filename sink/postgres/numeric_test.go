@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"fmt"
-	"math/big"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -34,14 +33,6 @@ func TestNumericBinaryMatchesPgx(t *testing.T) {
 		}
 		cases = append(cases, b.String())
 	}
-	rat := func(n pgtype.Numeric) *big.Rat {
-		x := new(big.Rat).SetInt(n.Int)
-		p := new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(abs(n.Exp))), nil))
-		if n.Exp < 0 {
-			return x.Quo(x, p)
-		}
-		return x.Mul(x, p)
-	}
 	for _, s := range cases {
 		fast, err := appendNumericBinary(nil, s)
 		if err != nil {
@@ -62,8 +53,8 @@ func TestNumericBinaryMatchesPgx(t *testing.T) {
 		if err := m.Scan(pgtype.NumericOID, pgtype.BinaryFormatCode, slow, &b); err != nil {
 			t.Fatal(err)
 		}
-		if rat(a).Cmp(rat(b)) != 0 {
-			t.Fatalf("%q: fast %s, pgx %s", s, rat(a).FloatString(20), rat(b).FloatString(20))
+		if numRat(a).Cmp(numRat(b)) != 0 {
+			t.Fatalf("%q: fast %s, pgx %s", s, numRat(a).FloatString(20), numRat(b).FloatString(20))
 		}
 		// The display scale is the text's number of fractional digits.
 		_, frac, _ := strings.Cut(s, ".")

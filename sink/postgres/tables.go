@@ -62,6 +62,8 @@ type tableDef struct {
 	deleteSQL      string // hard only: ops 'd' and 'k'
 	copyColumns    []string
 	directColumns  []string // the direct insert path's COPY columns (direct.go)
+	stageCopySQL   string   // binary COPY into the staging table (encode.go)
+	directCopySQL  string   // binary COPY into the target table
 }
 
 // newTableDef validates t and builds its definition.
@@ -176,6 +178,8 @@ func (d *tableDef) buildSQL() {
 	if d.soft {
 		d.directColumns = append(d.directColumns, colDeleted, colDeletedAt)
 	}
+	d.stageCopySQL = copySQL("pg_temp."+quoteIdent(d.stage), d.copyColumns)
+	d.directCopySQL = copySQL(d.qname, d.directColumns)
 
 	stage := "pg_temp." + q(d.stage)
 	// The version guard: a staged row replaces the target row only if it is
