@@ -248,6 +248,15 @@ func (s *Sink) plan(b *tidemark.Batch) (*batchPlan, error) {
 		}
 	}
 
+	// Each table's encoded rows take about what the tailer estimated for
+	// its changes: size the buffers once.
+	sizes := map[*tableDef][2]int{}
+	for i := range ops {
+		if o := &ops[i]; o.alive {
+			sz := sizes[o.def]
+			sizes[o.def] = [2]int{sz[0] + b.Changes[o.change].Size, sz[1] + 1}
+		}
+	}
 	groups := map[*tableDef]*groupPlan{}
 	for i := range ops {
 		o := &ops[i]
@@ -256,7 +265,8 @@ func (s *Sink) plan(b *tidemark.Batch) (*batchPlan, error) {
 		}
 		g := groups[o.def]
 		if g == nil {
-			g = &groupPlan{def: o.def, key: o.key}
+			sz := sizes[o.def]
+			g = &groupPlan{def: o.def, key: o.key, rows: copyRows{buf: make([]byte, 0, sz[0]), rows: make([]copyRow, 0, sz[1])}}
 			groups[o.def] = g
 			p.groups = append(p.groups, g)
 		}
