@@ -228,7 +228,18 @@ func (p *Pipeline) stream(ctx context.Context, pos Position) error {
 		filtered := make(chan Chunk, p.cfg.QueueChunks)
 		go func() {
 			defer close(filtered)
-			for ch := range chunks {
+			var carry *Chunk
+			for {
+				var ch Chunk
+				if carry != nil {
+					ch, carry = *carry, nil
+				} else {
+					var ok bool
+					if ch, ok = <-chunks; !ok {
+						return
+					}
+				}
+				carry = mergeWaiting(&ch, chunks)
 				if len(ch.Changes) > 0 {
 					ch.Changes = p.filter.Filter(ch.Changes)
 				}
@@ -253,6 +264,40 @@ func (p *Pipeline) stream(ctx context.Context, pos Position) error {
 	}
 	if serr != nil && ctx.Err() == nil {
 		return serr
+	}
+	return nil
+}
+
+// mergeMax bounds the changes mergeWaiting gathers into one chunk.
+const mergeMax = 1024
+
+// mergeWaiting appends to ch the chunks already waiting in chunks (without
+// blocking), so that a busy stream of small transactions costs one filter
+// call and one hand-off per group instead of per transaction. The merged
+// chunk keeps the last commit position among them: its changes after that
+// position belong to a transaction that continues, exactly as in a batch.
+// A chunk with DDL is never merged (it starts a batch of its own): it is
+// returned, to be handled next.
+func mergeWaiting(ch *Chunk, chunks <-chan Chunk) *Chunk {
+	for len(ch.DDL) == 0 && len(ch.Changes) < mergeMax {
+		var next Chunk
+		select {
+		case c, ok := <-chunks:
+			if !ok {
+				return nil
+			}
+			next = c
+		default:
+			return nil
+		}
+		if len(next.DDL) > 0 {
+			return &next
+		}
+		ch.Changes = append(ch.Changes, next.Changes...)
+		ch.Watermarks = append(ch.Watermarks, next.Watermarks...)
+		if !next.Commit.IsZero() {
+			ch.Commit = next.Commit
+		}
 	}
 	return nil
 }
