@@ -32,11 +32,16 @@ import (
 // uncheckedDateTime stands for a DATETIME value the tailer could not check.
 type uncheckedDateTime struct{}
 
-// decodeRows decodes a rows event and checks its DATETIME values.
-func decodeRows(e *replication.RowsEvent, data []byte) error {
+// decodeRows decodes a rows event and checks its DATETIME values. The rows
+// of a table skip reports true for are not decoded at all (e.Rows stays
+// empty): the tailer drops them anyway.
+func decodeRows(e *replication.RowsEvent, data []byte, skip func(*replication.TableMapEvent) bool) error {
 	pos, err := e.DecodeHeader(data)
 	if err != nil {
 		return err
+	}
+	if e.Table != nil && skip != nil && skip(e.Table) {
+		return nil
 	}
 	if err := e.DecodeData(pos, data); err != nil {
 		return err
@@ -302,4 +307,31 @@ func invalidDateTime(v []byte, tp byte, meta uint16) (string, bool) {
 		s += fmt.Sprintf(".%06d", frac)[:dec+1]
 	}
 	return s, true
+}
+
+// rowFilter says which tables' rows go undecoded: those the config does not
+// include. It caches the answer per table and is used by go-mysql's decode
+// goroutine alone.
+type rowFilter struct {
+	cfg     *Config
+	lastTbl *replication.TableMapEvent
+	last    bool
+	known   map[string]bool
+}
+
+func (f *rowFilter) skip(tm *replication.TableMapEvent) bool {
+	if tm == f.lastTbl {
+		return f.last
+	}
+	name := string(tm.Schema) + "." + string(tm.Table)
+	in, ok := f.known[name]
+	if !ok {
+		in = f.cfg.included(string(tm.Schema), string(tm.Table))
+		if f.known == nil || len(f.known) > 4096 {
+			f.known = map[string]bool{}
+		}
+		f.known[name] = in
+	}
+	f.lastTbl, f.last = tm, !in
+	return !in
 }

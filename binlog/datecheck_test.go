@@ -36,7 +36,7 @@ func TestDecodeRowsFindsInvalidDateTimes(t *testing.T) {
 	port, _ := strconv.Atoi(p)
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID: 9900 + uint32(time.Now().UnixNano()%90), Flavor: "mariadb", Host: h, Port: uint16(port), User: user, Password: pass,
-		ParseTime: true, RowsEventDecodeFunc: decodeRows, Logger: slog.New(slog.DiscardHandler),
+		ParseTime: true, RowsEventDecodeFunc: func(e *replication.RowsEvent, data []byte) error { return decodeRows(e, data, nil) }, Logger: slog.New(slog.DiscardHandler),
 	})
 	defer syncer.Close()
 	gs, err := mysql.ParseMariadbGTIDSet(from.GTID)
@@ -86,5 +86,25 @@ func TestDecodeRowsFindsInvalidDateTimes(t *testing.T) {
 	}
 	if rows[0][2] != strings.Repeat("v", 300) || rows[0][8] != int64(5) {
 		t.Errorf("image 0 other columns: v %v, bt %v", rows[0][2], rows[0][8])
+	}
+}
+
+// TestRowFilter: the rows of tables the config leaves out go undecoded; the
+// answer per table is cached, also across table-map events of one table.
+func TestRowFilter(t *testing.T) {
+	cfg := Config{Include: []string{"shop.*"}, Exclude: []string{"shop.audit"}}
+	f := &rowFilter{cfg: &cfg}
+	tm := func(db, table string) *replication.TableMapEvent {
+		return &replication.TableMapEvent{Schema: []byte(db), Table: []byte(table)}
+	}
+	for _, c := range []struct {
+		db, table string
+		skip      bool
+	}{{"shop", "orders", false}, {"shop", "audit", true}, {"crm", "people", true}, {"shop", "orders", false}, {"mysql", "user", true}} {
+		for i := 0; i < 2; i++ { // a second table-map event of the same table
+			if got := f.skip(tm(c.db, c.table)); got != c.skip {
+				t.Errorf("%s.%s: skip %v, want %v", c.db, c.table, got, c.skip)
+			}
+		}
 	}
 }

@@ -276,7 +276,8 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 	watch := newReadWatch(t.cfg.ReadTimeout)
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	go watch.run(wctx) // owned: ends when streamOnce returns
+	go watch.run(wctx)              // owned: ends when streamOnce returns
+	rows := &rowFilter{cfg: &t.cfg} // used by go-mysql's decode goroutine only
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID: t.cfg.ServerID,
 		Flavor:   t.cfg.Flavor,
@@ -291,7 +292,7 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 		// those in the raw row and hands them on as text, which
 		// convDateTime rejects naming the column.
 		ParseTime:           true,
-		RowsEventDecodeFunc: decodeRows,
+		RowsEventDecodeFunc: func(e *replication.RowsEvent, data []byte) error { return decodeRows(e, data, rows.skip) },
 		HeartbeatPeriod:     t.cfg.Heartbeat,
 		// No ReadTimeout: go-mysql would set a read deadline on every
 		// packet (a tenth of the decoder's time on small transactions).
