@@ -112,4 +112,10 @@ func TestMetricsMatchWorkload(t *testing.T) {
 	if _, ok := m["tidemark_binlog_retention_headroom_seconds"]; !ok {
 		t.Fatal("no retention headroom gauge")
 	}
+	// Direct inserts are a part of the inserts (which batches were all
+	// inserts depends on timing).
+	direct, ok := m["tidemark_direct_insert_rows_total"]
+	if _, ok2 := m["tidemark_direct_insert_conflicts_total"]; !ok || !ok2 || direct > m[`tidemark_apply_rows_total{result="inserted"}`] {
+		t.Fatalf("direct insert counters: rows %v (present %v), inserted %v", direct, ok, m[`tidemark_apply_rows_total{result="inserted"}`])
+	}
 }

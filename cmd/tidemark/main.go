@@ -408,6 +408,9 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 	if d.dedupe != nil {
 		m.WatchDedupe(func(f func(string, uint64)) { d.dedupe.Stats().Each(f) })
 	}
+	if d.sink != nil {
+		m.WatchDirectInserts(d.sink.DirectInserts)
+	}
 	bc, _ := cfg.BinlogConfig()
 	bc.Logger = log.With("component", "verify")
 	src, err := binlog.NewVerifier(bc)

@@ -255,6 +255,19 @@ func (m *Metrics) WatchDedupe(each func(func(name string, v uint64))) {
 	m.mu.Unlock()
 }
 
+// WatchDirectInserts exposes the PostgreSQL sink's direct insert path:
+// rows COPYed straight into their table, and attempts that met an
+// existing key and were staged instead (read at scrape time).
+func (m *Metrics) WatchDirectInserts(counts func() (rows, conflicts int64)) {
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tidemark_direct_insert_rows_total",
+			Help: "Rows inserted by COPY straight into the target (batches of fresh inserts)."},
+			func() float64 { r, _ := counts(); return float64(r) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tidemark_direct_insert_conflicts_total",
+			Help: "Direct inserts that met an existing key and were staged and upserted instead."},
+			func() float64 { _, c := counts(); return float64(c) }))
+}
+
 // SetReady sets what /readyz answers (OnApply sets it).
 func (m *Metrics) SetReady(ok bool) { m.ready.Store(ok) }
 
