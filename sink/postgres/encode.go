@@ -20,8 +20,8 @@ import (
 // sink's CPU. Here each change is checked and encoded once, when the batch
 // is planned, straight from tidemark's values into the column types the
 // sink creates (pgType); a COPY then only concatenates the encoded rows.
-// appendValue checks exactly what convertValue checks (with the same
-// messages); TestBinaryMatchesPgx holds the two to the same bytes.
+// TestBinaryMatchesPgx holds every kind to the bytes pgx would send for the
+// same value.
 
 // copyHeader starts a binary COPY stream: signature, flags, extension.
 var copyHeader = []byte("PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00\x00\x00\x00")

@@ -1,36 +1,18 @@
 package postgres
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
 	"strings"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// DECIMAL values reach COPY as pgDecimal, their validated text, and are
-// written in PostgreSQL's binary numeric format straight from the digits:
-// base-10000 groups cut from the text. pgx's own path (a pgtype.Numeric
-// holding a big.Int, divided down into those groups) cost a twentieth of
-// the sink's CPU on the benchmark's one DECIMAL column.
+// DECIMAL values are written in PostgreSQL's binary numeric format straight
+// from their digits: base-10000 groups cut from the text. pgx's path (a
+// pgtype.Numeric holding a big.Int, divided down into those groups) cost a
+// twentieth of the sink's CPU on the benchmark's one DECIMAL column.
 
-// pgDecimal is a decimal in the text form [-]digits[.digits], validated.
-type pgDecimal string
-
-// NumericValue implements pgtype.NumericValuer, the general path (used
-// where the fast codec is not registered).
-func (d pgDecimal) NumericValue() (pgtype.Numeric, error) {
-	n, detail := parseDecimal(string(d))
-	if detail != "" {
-		return pgtype.Numeric{}, fmt.Errorf("decimal: %s", detail)
-	}
-	return n, nil
-}
-
-// validDecimal checks the text form of a decimal, as parseDecimal does.
+// validDecimal checks the text form [-]digits[.digits] of a decimal.
 func validDecimal(s string) string {
 	body := strings.TrimLeft(s, "+-")
 	if len(s)-len(body) > 1 {
@@ -51,28 +33,6 @@ func validDecimal(s string) string {
 		return "decimal has too many fractional digits"
 	}
 	return ""
-}
-
-// numericCodec is pgx's NumericCodec with a binary encoder for pgDecimal.
-type numericCodec struct{ pgtype.NumericCodec }
-
-func (c numericCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value any) pgtype.EncodePlan {
-	if _, ok := value.(pgDecimal); ok && format == pgtype.BinaryFormatCode {
-		return decimalBinaryPlan{}
-	}
-	return c.NumericCodec.PlanEncode(m, oid, format, value)
-}
-
-// registerNumeric installs numericCodec on a new connection.
-func registerNumeric(_ context.Context, conn *pgx.Conn) error {
-	conn.TypeMap().RegisterType(&pgtype.Type{Name: "numeric", OID: pgtype.NumericOID, Codec: numericCodec{}})
-	return nil
-}
-
-type decimalBinaryPlan struct{}
-
-func (decimalBinaryPlan) Encode(value any, buf []byte) ([]byte, error) {
-	return appendNumericBinary(buf, string(value.(pgDecimal)))
 }
 
 // appendNumericBinary appends PostgreSQL's binary numeric of the decimal

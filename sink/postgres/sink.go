@@ -87,7 +87,6 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 	if cfg.MaxConns > 0 {
 		pcfg.MaxConns = int32(cfg.MaxConns)
 	}
-	pcfg.AfterConnect = registerNumeric
 	log := cfg.Logger.With("component", "sink/postgres")
 	if plaintextFallback(&pcfg.ConnConfig.Config) {
 		log.Warn("PostgreSQL connection may fall back to plaintext: the DSN's sslmode is prefer or allow (pgx's default is prefer); set sslmode=require or verify-full, or disable to make plaintext explicit",
