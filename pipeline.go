@@ -274,10 +274,12 @@ const mergeMax = 1024
 // mergeWaiting appends to ch the chunks already waiting in chunks (without
 // blocking), so that a busy stream of small transactions costs one filter
 // call and one hand-off per group instead of per transaction. The merged
-// chunk keeps the last commit position among them: its changes after that
-// position belong to a transaction that continues, exactly as in a batch.
-// A chunk with DDL is never merged (it starts a batch of its own): it is
-// returned, to be handled next.
+// chunk ends where its last piece ends and carries that piece's commit
+// position. It stops before a chunk with DDL (a batch boundary of its own)
+// and before the first part of a transaction that does not end in the same
+// chunk after a chunk that did end one (the batch would then end at a
+// commit with part of the next transaction in it); that chunk is returned,
+// to be handled next.
 func mergeWaiting(ch *Chunk, chunks <-chan Chunk) *Chunk {
 	for len(ch.DDL) == 0 && len(ch.Changes) < mergeMax {
 		var next Chunk
@@ -290,7 +292,10 @@ func mergeWaiting(ch *Chunk, chunks <-chan Chunk) *Chunk {
 		default:
 			return nil
 		}
-		if len(next.DDL) > 0 {
+		// Not after a transaction's end: the part of a transaction that
+		// continues would ride with the commit position before it, and a
+		// batch ends only at whole transactions where it can.
+		if len(next.DDL) > 0 || (!ch.Commit.IsZero() && next.Commit.IsZero()) {
 			return &next
 		}
 		ch.Changes = append(ch.Changes, next.Changes...)
