@@ -74,7 +74,7 @@ func (s *Sink) directOutcome(k defKey, inserted bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.direct[k]
-	if st == nil {
+	if st == nil || !st.safe {
 		return
 	}
 	if inserted {
@@ -87,8 +87,9 @@ func (s *Sink) directOutcome(k defKey, inserted bool) {
 }
 
 // copyDirect COPYs g's rows straight into the target table inside a
-// savepoint. It returns false (and leaves the transaction as it was) when a
-// row's key already exists.
+// savepoint. It returns false (and leaves the transaction as it was) when
+// PostgreSQL refuses them: a key already exists, or anything else the staged
+// path is then left to handle or report.
 func (s *Sink) copyDirect(ctx context.Context, tx pgx.Tx, g *groupPlan, loadedAt time.Time) (bool, error) {
 	d := g.def
 	if _, err := tx.Exec(ctx, "SAVEPOINT "+directSavepoint); err != nil {
@@ -98,14 +99,23 @@ func (s *Sink) copyDirect(ctx context.Context, tx pgx.Tx, g *groupPlan, loadedAt
 	n := tag.RowsAffected()
 	if err != nil {
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-			if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+directSavepoint); rerr != nil {
-				return false, d.wrap("roll back the direct insert into", rerr)
-			}
+		if !errors.As(err, &pgErr) {
+			return false, d.wrap("insert rows into", err) // the connection: the whole attempt is retried
+		}
+		if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+directSavepoint); rerr != nil {
+			return false, d.wrap("roll back the direct insert into", rerr)
+		}
+		if pgErr.Code == "23505" {
 			s.log.Debug("direct insert found existing keys; staging", "table", d.display, "rows", len(g.rows.rows))
 			return false, nil
 		}
-		return false, d.wrap("insert rows into", err)
+		// Anything else the target refused (a column changed behind
+		// tidemark's back, a value that does not fit): the rows are staged,
+		// where casts and the usual errors apply, and the table stages
+		// until it is checked again.
+		s.log.Warn("direct insert refused; staging this table's inserts", "table", d.display, "err", redact(err, s.secret))
+		s.setDirectSafe(g.key, false)
+		return false, nil
 	}
 	if n != int64(len(g.rows.rows)) {
 		return false, fmt.Errorf("insert rows into %s: copied %d of %d rows", d.display, n, len(g.rows.rows))

@@ -866,3 +866,30 @@ func TestDirectInsertPath(t *testing.T) {
 		})
 	}
 }
+
+// TestDirectInsertRefusedStages: when the target's column types change
+// behind the sink's back, the direct COPY is refused; the rows are staged
+// (cast on the way in) and the table stays on the staged path.
+func TestDirectInsertRefusedStages(t *testing.T) {
+	e := newEnv(t)
+	tbl := simpleTable("refused")
+	e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(tbl, v(1, 1), int64(1), "a", int64(1))}})
+	if r, _ := e.sink.DirectInserts(); r != 1 {
+		t.Fatalf("first insert not direct: %d rows", r)
+	}
+	if _, err := e.conn.Exec(context.Background(), `ALTER TABLE `+e.table("refused")+` ALTER COLUMN qty TYPE bigint`); err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range []int64{2, 3} {
+		st := e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(tbl, v(uint64(2+i), 1), id, "b", int64(40))}})
+		if st != (tidemark.ApplyStats{Inserted: 1}) {
+			t.Fatalf("insert %d: %+v", id, st)
+		}
+	}
+	if r, c := e.sink.DirectInserts(); r != 1 || c != 0 {
+		t.Fatalf("direct path after the type change: %d rows, %d conflicts; want 1, 0", r, c)
+	}
+	if got := e.rows(`SELECT id, qty FROM ` + e.table("refused") + ` ORDER BY id`); !reflect.DeepEqual(got, []string{"1|1", "2|40", "3|40"}) {
+		t.Fatalf("rows %q", got)
+	}
+}
