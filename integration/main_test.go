@@ -157,9 +157,13 @@ func (f *fixture) startDaemon(t *testing.T, config string, extraEnv ...string) *
 	return d
 }
 
-// stop sends SIGTERM and returns the exit code.
+// stop sends SIGTERM and returns the exit code. It first waits for the
+// daemon's "starting" line: a signal that arrives before the daemon catches
+// it (a process started a moment ago, with nothing left to catch up) would
+// kill it instead of stopping it.
 func (d *daemonProc) stop(t *testing.T) int {
 	t.Helper()
+	waitFor(30*time.Second, func() bool { return d.exited() || strings.Contains(d.stderr.String(), "msg=starting") })
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-d.waited:

@@ -380,6 +380,9 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 		return exitUsage
 	}
 	log := newLogger(cfg.Log, stderr)
+	// SIGINT and SIGTERM are already caught (run): from this line on they
+	// stop the daemon cleanly.
+	log.Info("starting", "source", cfg.Source.Name, "version", buildVersion())
 	if cpuProfile != "" {
 		stop, err := startCPUProfile(cpuProfile)
 		if err != nil {
