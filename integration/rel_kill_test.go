@@ -21,23 +21,8 @@ func TestF1KillNineUnderLoadLong(t *testing.T) {
 }
 
 func runKillNine(t *testing.T, kills int) {
-	f := newFixture(t)
-	db := randName("it_f1_")
-	f.dropLater(t, db, db)
-	start, err := harness.SourcePosition(f.my)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := newWorkload(t, f, db, "Asia/Kolkata", 1000)
-	led := newLedger(t, f, db)
-	cfg := f.relConfig(t, db, db, relOpts{Zone: "Asia/Kolkata", Start: start})
-	d := f.startDaemon(t, cfg)
-	f.caughtUpIn(t, db, d, 2*time.Minute)
-	installI5(t, f, db, "orders", "order_id", "line_item_id")
-	installI5(t, f, db, "ticks", "id")
-	mon := startMonitor(t, f, db, db, led)
-	led.start(t, 20*time.Millisecond)
-	load := startLoad(t, f.env, w, false, 20*time.Millisecond)
+	r := startRestartRun(t, "it_f1_", runLoad{interval: 20 * time.Millisecond})
+	f, db, cfg, d, w, led, mon, load := r.f, r.db, r.cfg, r.d, r.w, r.led, r.mon, r.load
 
 	began := time.Now()
 	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
@@ -59,6 +44,7 @@ func runKillNine(t *testing.T, kills int) {
 		d.kill()
 		logs.WriteString(d.stderr.String())
 		d = f.startDaemon(t, cfg)
+		r.d = d
 	}
 	if err := load.Stop(); err != nil {
 		t.Fatal(err)

@@ -239,23 +239,8 @@ func TestI6PositionAheadStops(t *testing.T) {
 // the fallback (its position is never purged), and resumes in the new
 // files. I1–I5 hold.
 func TestF6RotatePurgeBehindReader(t *testing.T) {
-	f := newFixture(t)
-	db := randName("it_f6_")
-	f.dropLater(t, db, db)
-	start, err := harness.SourcePosition(f.my)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := newWorkload(t, f, db, "Asia/Kolkata", 1000)
-	led := newLedger(t, f, db)
-	cfg := f.relConfig(t, db, db, relOpts{Zone: "Asia/Kolkata", Start: start})
-	d := f.startDaemon(t, cfg)
-	f.caughtUpIn(t, db, d, 2*time.Minute)
-	installI5(t, f, db, "orders", "order_id", "line_item_id")
-	installI5(t, f, db, "ticks", "id")
-	mon := startMonitor(t, f, db, db, led)
-	led.start(t, 20*time.Millisecond)
-	load := startLoad(t, f.env, w, false, 10*time.Millisecond)
+	run := startRestartRun(t, "it_f6_", runLoad{interval: 10 * time.Millisecond})
+	f, db, cfg, d, led, mon, load := run.f, run.db, run.cfg, run.d, run.led, run.mon, run.load
 	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 6))
 	purged := 0
 	var logs strings.Builder
@@ -279,6 +264,7 @@ func TestF6RotatePurgeBehindReader(t *testing.T) {
 			d.kill()
 			logs.WriteString(d.stderr.String())
 			d = f.startDaemon(t, cfg)
+			run.d = d
 		}
 	}
 	if err := load.Stop(); err != nil {

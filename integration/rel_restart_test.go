@@ -18,6 +18,7 @@ import (
 type restartRun struct {
 	f      *fixture
 	db     string
+	cfg    string // the daemon's config file
 	w      *harness.Workload
 	led    *ledger
 	mon    *monitor
@@ -29,7 +30,17 @@ type restartRun struct {
 	peak   int64 // MiB, VmHWM before the final stop
 }
 
-func startRestartRun(t *testing.T, prefix string, extraEnv ...string) *restartRun {
+// runLoad is how a reliability run drives the source.
+type runLoad struct {
+	reconnect bool          // the workload reconnects when MariaDB goes away
+	interval  time.Duration // between workload transactions
+	env       []string      // extra environment of the daemon
+}
+
+// startRestartRun sets up a reliability run: a database, the workload and
+// its ledger, the daemon caught up, the I5 triggers, the invariant monitor,
+// and the load running.
+func startRestartRun(t *testing.T, prefix string, o runLoad) *restartRun {
 	f := newFixture(t)
 	db := randName(prefix)
 	f.dropLater(t, db, db)
@@ -40,14 +51,14 @@ func startRestartRun(t *testing.T, prefix string, extraEnv ...string) *restartRu
 	r := &restartRun{f: f, db: db}
 	r.w = newWorkload(t, f, db, "Asia/Kolkata", 1000)
 	r.led = newLedger(t, f, db)
-	cfg := f.relConfig(t, db, db, relOpts{Zone: "Asia/Kolkata", Start: start})
-	r.d = f.startDaemon(t, cfg, extraEnv...)
+	r.cfg = f.relConfig(t, db, db, relOpts{Zone: "Asia/Kolkata", Start: start})
+	r.d = f.startDaemon(t, r.cfg, o.env...)
 	f.caughtUpIn(t, db, r.d, 2*time.Minute)
 	installI5(t, f, db, "orders", "order_id", "line_item_id")
 	installI5(t, f, db, "ticks", "id")
 	r.mon = startMonitor(t, f, db, db, r.led)
 	r.led.start(t, 20*time.Millisecond)
-	r.load = startLoad(t, f.env, r.w, true, 10*time.Millisecond)
+	r.load = startLoad(t, f.env, r.w, o.reconnect, o.interval)
 	r.began = time.Now()
 	t.Cleanup(func() {
 		if !r.d.exited() {
@@ -128,7 +139,7 @@ func runPGRestarts(t *testing.T, restarts int, requireResolution bool) {
 	q.Set("commit_delay", "100000") // µs; the daemon's role is a superuser
 	q.Set("commit_siblings", "0")
 	u.RawQuery = q.Encode()
-	r := startRestartRun(t, "it_f3_", "TM_IT_PG_DSN="+u.String())
+	r := startRestartRun(t, "it_f3_", runLoad{reconnect: true, interval: 10 * time.Millisecond, env: []string{"TM_IT_PG_DSN=" + u.String()}})
 	f := r.f
 	pg := f.pgServer(t)
 	inCommit := 0
@@ -201,7 +212,7 @@ func TestF4MariaDBRestartUnderLoadLong(t *testing.T) {
 }
 
 func runMyRestarts(t *testing.T, restarts int) {
-	r := startRestartRun(t, "it_f4_")
+	r := startRestartRun(t, "it_f4_", runLoad{reconnect: true, interval: 10 * time.Millisecond})
 	f := r.f
 	my := f.myServer(t)
 	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 4))
