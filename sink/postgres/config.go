@@ -53,6 +53,8 @@ type Config struct {
 	// kernel still answers, so this deadline is what detects a half-open
 	// connection; the attempt is then retried on a new connection. A
 	// legitimately slow attempt (a locked table) is retried the same way.
+	// It bounds every other attempt too (checkpoint and state reads and
+	// writes, table lookups, key diffs) except DDL.
 	ApplyTimeout time.Duration
 	// Schema says how the source's schema changes are followed (see
 	// SchemaPolicy and docs/schema-changes.md).

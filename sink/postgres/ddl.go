@@ -812,7 +812,7 @@ func (s *Sink) TableStates(ctx context.Context, source string) ([]tidemark.Table
 		return nil, err
 	}
 	var out []tidemark.TableState
-	err = tidemark.Retry(ctx, "read table states", s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+	err = s.retry(ctx, "read table states", func(ctx context.Context) error {
 		var err error
 		out, err = store.LoadTableStates(ctx, querier{s.pool}, source)
 		return redact(err, s.secret)
@@ -826,7 +826,7 @@ func (s *Sink) SetTableState(ctx context.Context, source string, st tidemark.Tab
 	if err != nil {
 		return err
 	}
-	err = tidemark.Retry(ctx, "record state of "+st.Table.String(), s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+	err = s.retry(ctx, "record state of "+st.Table.String(), func(ctx context.Context) error {
 		return redact(store.SaveTableState(ctx, querier{s.pool}, source, st), s.secret)
 	})
 	return redact(err, s.secret)
@@ -839,7 +839,7 @@ func (s *Sink) HasTable(ctx context.Context, id tidemark.TableID) (bool, error) 
 		return false, err
 	}
 	var exists bool
-	err = tidemark.Retry(ctx, "look up "+qname, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+	err = s.retry(ctx, "look up "+qname, func(ctx context.Context) error {
 		return redact(s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", qname).Scan(&exists), s.secret)
 	})
 	return exists, redact(err, s.secret)

@@ -22,7 +22,7 @@ func (s *Sink) Watermark(ctx context.Context, source string, table tidemark.Tabl
 		w  time.Time
 		ok bool
 	)
-	err := tidemark.Retry(ctx, "read watermark of "+table.String(), s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+	err := s.retry(ctx, "read watermark of "+table.String(), func(ctx context.Context) error {
 		var err error
 		w, ok, err = s.cfg.Checkpoints.LoadWatermark(ctx, querier{s.pool}, source, table)
 		return redact(err, s.secret)
@@ -128,7 +128,7 @@ func (s *Sink) KeyRangeSum(ctx context.Context, table *tidemark.Table, after, up
 	}
 	q := "SELECT count(*), coalesce(sum(('x' || substr(md5(" + canon + "), 1, 15))::bit(60)::bigint), 0)::text FROM " + d.qname + where
 	var sum tidemark.KeySum
-	err = tidemark.Retry(ctx, "sum keys of "+d.display, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+	err = s.retry(ctx, "sum keys of "+d.display, func(ctx context.Context) error {
 		return s.pool.QueryRow(ctx, q, args...).Scan(&sum.Count, &sum.Sum)
 	})
 	if err != nil && isUndefinedTable(err) {
@@ -161,7 +161,7 @@ func (s *Sink) KeysInRange(ctx context.Context, table *tidemark.Table, after, up
 	}
 	q := "SELECT " + strings.Join(sel, ", ") + " FROM " + d.qname + where + " ORDER BY " + strings.Join(order, ", ")
 	var out [][]any
-	err = tidemark.Retry(ctx, "list keys of "+d.display, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+	err = s.retry(ctx, "list keys of "+d.display, func(ctx context.Context) error {
 		out = out[:0]
 		rows, err := s.pool.Query(ctx, q, args...)
 		if err != nil {

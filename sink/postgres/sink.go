@@ -130,7 +130,7 @@ func plaintextFallback(c *pgconn.Config) bool {
 // Init checks the connection and creates the checkpoint tables if they are
 // missing. Open calls it; it is idempotent.
 func (s *Sink) Init(ctx context.Context) error {
-	err := tidemark.Retry(ctx, "initialize postgres sink", s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+	err := s.retry(ctx, "initialize postgres sink", func(ctx context.Context) error {
 		return redact(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			return s.cfg.Checkpoints.Init(ctx, querier{tx})
 		}), s.secret)
@@ -145,7 +145,7 @@ func (s *Sink) Checkpoint(ctx context.Context, source string) (tidemark.Position
 		pos tidemark.Position
 		ok  bool
 	)
-	err := tidemark.Retry(ctx, "read checkpoint", s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+	err := s.retry(ctx, "read checkpoint", func(ctx context.Context) error {
 		var err error
 		pos, ok, err = s.cfg.Checkpoints.LoadPosition(ctx, querier{s.pool}, source)
 		return redact(err, s.secret)
@@ -227,3 +227,16 @@ const resolveTimeout = 30 * time.Second
 
 // rollbackTimeout bounds a rollback after a failed attempt.
 const rollbackTimeout = 5 * time.Second
+
+// retry runs fn with the sink's retry policy, each attempt bounded by
+// apply_timeout: pgx has no read timeout, so a half-open connection would
+// otherwise hang the call (and the pipeline behind it) forever. The calls
+// that run DDL (ensure, ApplyDDL, ResetTable) are not bounded: an ALTER
+// that rewrites a large table may rightly take longer.
+func (s *Sink) retry(ctx context.Context, what string, fn func(context.Context) error) error {
+	return tidemark.Retry(ctx, what, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+		actx, cancel := context.WithTimeout(ctx, s.cfg.ApplyTimeout)
+		defer cancel()
+		return fn(actx)
+	})
+}
