@@ -51,6 +51,20 @@ func realType(tm *replication.TableMapEvent, i int) (typ byte, meta uint16) {
 	return typ, meta
 }
 
+// stringLength returns the byte length of a MYSQL_TYPE_STRING column from
+// its table-map metadata (lengths past 255 fold two bits into the type
+// byte; go-mysql's decodeString reads it the same way).
+func stringLength(meta uint16) int {
+	if meta < 256 {
+		return int(meta)
+	}
+	b0, b1 := byte(meta>>8), byte(meta&0xff)
+	if b0&0x30 != 0x30 {
+		return int(uint16(b1) | uint16((b0&0x30)^0x30)<<4)
+	}
+	return int(b1)
+}
+
 // tableMapKey identifies a table-map event's layout, so that an unchanged
 // table reuses its decoded info across transactions.
 func tableMapKey(tm *replication.TableMapEvent) string {
@@ -192,6 +206,11 @@ func (t *Tailer) buildTable(tm *replication.TableMapEvent, jsonCols map[string]b
 			switch {
 			case jsonCols[name]:
 				col.Kind, conv = tidemark.KindJSON, env.convJSON
+			case known && coll == collationBinary && typ == mysql.MYSQL_TYPE_STRING:
+				// BINARY(n): the binlog drops the trailing 0x00 pad
+				// bytes (the server's Field_string::pack), the column
+				// holds them.
+				col.Kind, conv = tidemark.KindBytes, env.convBinary(stringLength(meta))
 			case known && coll == collationBinary:
 				col.Kind, conv = tidemark.KindBytes, env.convBytes
 			case !known && typ == mysql.MYSQL_TYPE_BLOB:

@@ -216,6 +216,19 @@ func (e *valueEnv) convBytes(v any) (any, error) {
 	return nil, e.errf("want bytes, got %T", v)
 }
 
+// convBinary returns a BINARY(n) value padded to its n bytes with 0x00, as
+// the column stores it: the binlog image omits the trailing pad bytes (and
+// an SQL read returns all n).
+func (e *valueEnv) convBinary(n int) converter {
+	return func(v any) (any, error) {
+		x, err := e.convBytes(v)
+		if b, ok := x.([]byte); ok && len(b) < n {
+			x = append(b, make([]byte, n-len(b))...)
+		}
+		return x, err
+	}
+}
+
 func (e *valueEnv) convBit(v any) (any, error) {
 	switch x := v.(type) {
 	case nil:
