@@ -111,3 +111,33 @@ func (p ZonePolicy) ToLocal(t time.Time) time.Time {
 	h, mi, s := l.Clock()
 	return time.Date(y, mo, d, h, mi, s, l.Nanosecond(), time.UTC)
 }
+
+// foldSpan bounds how long a fold lasts (how far a zone's clock is ever set
+// back at once; one hour almost everywhere, two at most in the tz database).
+const foldSpan = 3 * time.Hour
+
+// LocalFloor returns a wall-clock reading, labelled UTC, that is at or
+// below the reading of every instant at or after t: the local lower bound
+// of a window that starts at t. ToLocal(t) is not one when a fold follows
+// within the hour: after the clocks go back, instants later than t show
+// earlier readings (America/New_York, 2026-11-01: 05:50Z reads 01:50 EDT,
+// 06:10Z reads 01:10 EST), and a predicate "column > 01:50" would skip the
+// rows written in the repeated hour. The floor uses the smallest UTC offset
+// in force from t to foldSpan after it, so it is lower than ToLocal(t) by
+// the fold's length only near a fold.
+func (p ZonePolicy) LocalFloor(t time.Time) time.Time {
+	loc := p.Location
+	if loc == nil {
+		loc = time.UTC
+	}
+	_, off := t.In(loc).Zone()
+	// Every transition in (t, t+foldSpan]: offsets change at most a few
+	// times a year, so sampling the end and each hour finds them.
+	for d := time.Hour; d <= foldSpan; d += time.Hour {
+		if _, o := t.Add(d).In(loc).Zone(); o < off {
+			off = o
+		}
+	}
+	l := t.UTC().Add(time.Duration(off) * time.Second)
+	return time.Date(l.Year(), l.Month(), l.Day(), l.Hour(), l.Minute(), l.Second(), l.Nanosecond(), time.UTC)
+}

@@ -81,3 +81,31 @@ func TestZonePolicyToUTC(t *testing.T) {
 		time.Local = saved
 	}
 }
+
+// TestZonePolicyLocalFloor: the local lower bound of a window is at or below
+// the wall-clock reading of every later instant, also across a fold, and is
+// ToLocal itself away from one.
+func TestZonePolicyLocalFloor(t *testing.T) {
+	ny := tidemark.ZonePolicy{Location: mustLoad(t, "America/New_York")}
+	// 05:50Z reads 01:50 EDT; 06:10Z, later, reads 01:10 EST.
+	if got, want := ny.LocalFloor(wall(2026, 11, 1, 5, 50, 0)), wall(2026, 11, 1, 0, 50, 0); !got.Equal(want) {
+		t.Fatalf("floor of 05:50Z on the fold day = %s, want %s", got, want)
+	}
+	if got, want := ny.LocalFloor(wall(2026, 7, 15, 16, 0, 0)), wall(2026, 7, 15, 12, 0, 0); !got.Equal(want) {
+		t.Fatalf("floor in July = %s, want %s (ToLocal)", got, want)
+	}
+	for _, z := range []struct {
+		name string
+		from time.Time
+	}{{"America/New_York", wall(2026, 10, 31, 22, 0, 0)}, {"Australia/Lord_Howe", wall(2026, 4, 4, 10, 0, 0)}, {"Asia/Kolkata", wall(2026, 3, 10, 0, 0, 0)}} {
+		p := tidemark.ZonePolicy{Location: mustLoad(t, z.name)}
+		for lo := z.from; lo.Before(z.from.Add(12 * time.Hour)); lo = lo.Add(5 * time.Minute) {
+			floor := p.LocalFloor(lo)
+			for u := lo; u.Before(lo.Add(4 * time.Hour)); u = u.Add(time.Minute) {
+				if l := p.ToLocal(u); l.Before(floor) {
+					t.Fatalf("%s: floor of %s is %s, but the later instant %s reads %s", z.name, lo, floor, u, l)
+				}
+			}
+		}
+	}
+}

@@ -66,8 +66,26 @@ func (r *Reader) exec(ctx context.Context, q string, args ...any) (*mysql.Result
 	return res, err
 }
 
-// Capture implements tidemark.SnapshotSource: the current binlog position
-// (GTID state, file and offset) and the source clock.
+// Capture implements tidemark.SnapshotSource: the binlog position (GTID
+// state, file and offset) and the source clock, taken so that every
+// transaction up to the position is visible to every read that follows.
+//
+// Reading SHOW MASTER STATUS or @@gtid_binlog_pos as plain statements does
+// not keep that promise: under group commit a transaction is written to the
+// binlog (and counted in @@gtid_binlog_pos) before the engine commits it, so
+// a read right after the capture can miss rows the binlog then resumes past
+// (TestCaptureSeesEverythingBeforeIt loses rows that way). MariaDB: START
+// TRANSACTION WITH CONSISTENT SNAPSHOT reports, in
+// Binlog_snapshot_file/position, the binlog position that matches its read
+// view exactly; BINLOG_GTID_POS turns it into the GTID state. MySQL: FLUSH
+// TABLES WITH READ LOCK waits for the commits in flight and holds new ones
+// while the position is read (the RELOAD privilege is needed).
+//
+// The reads need not run inside that transaction: a read view opened later
+// sees everything the snapshot saw, so the catch-up's reads (on any
+// connection, in any number of chunks) see at least every transaction up to
+// the position. Changes after it that a read also sees are replayed from the
+// binlog over the read rows (tidemark.Snapshot).
 func (r *Reader) Capture(ctx context.Context) (tidemark.Snapshot, error) {
 	var s tidemark.Snapshot
 	// A catch-up reads the tables as they are now: schemas cached by an
@@ -75,30 +93,17 @@ func (r *Reader) Capture(ctx context.Context) (tidemark.Snapshot, error) {
 	r.mu.Lock()
 	clear(r.tables)
 	r.mu.Unlock()
-	res, err := r.exec(ctx, "SHOW MASTER STATUS")
+	var file, gtid, now string
+	var pos uint64
+	err := tidemark.Retry(ctx, "capture source position", tidemark.Backoff{Attempts: 5}, isTransient, r.t.rl, func(ctx context.Context) error {
+		var err error
+		file, pos, gtid, now, err = r.capture(ctx)
+		return err
+	})
 	if err != nil {
 		return s, fmt.Errorf("capture position of %s: %w", r.t.cfg.Name, err)
 	}
-	if res.RowNumber() == 0 {
-		return s, fmt.Errorf("capture position of %s: SHOW MASTER STATUS is empty (log_bin off?): %w", r.t.cfg.Name, tidemark.ErrSourceConfig)
-	}
-	file, _ := res.GetString(0, 0)
-	pos, _ := res.GetUint(0, 1)
-	s.Position = tidemark.Position{File: file, Offset: pos}
-	if r.t.cfg.Flavor == FlavorMariaDB {
-		// Read after the file/offset: the GTID state is at or after it,
-		// and everything up to it is visible to the reads that follow.
-		// (BINLOG_GTID_POS(file, pos) would be exact but scans the
-		// binlog file up to pos: tens of milliseconds on a large file.)
-		res, err = r.exec(ctx, "SELECT @@gtid_binlog_pos, UTC_TIMESTAMP(6)")
-	} else {
-		res, err = r.exec(ctx, "SELECT @@gtid_executed, UTC_TIMESTAMP(6)")
-	}
-	if err != nil {
-		return s, fmt.Errorf("capture position of %s: %w", r.t.cfg.Name, err)
-	}
-	s.Position.GTID, _ = res.GetString(0, 0)
-	now, _ := res.GetString(0, 1)
+	s.Position = tidemark.Position{File: file, Offset: pos, GTID: gtid}
 	if t, _, err := parseCivil(now); err == nil {
 		s.ServerTime = t
 	}
@@ -122,6 +127,69 @@ func (r *Reader) Capture(ctx context.Context) (tidemark.Snapshot, error) {
 		s.Version = tidemark.Version{Seq: idx<<40 | pos}
 	}
 	return s, nil
+}
+
+// capture reads a consistent binlog position on the metadata connection
+// (see Capture).
+func (r *Reader) capture(ctx context.Context) (file string, pos uint64, gtid, now string, err error) {
+	begin, end := "START TRANSACTION WITH CONSISTENT SNAPSHOT", "COMMIT"
+	if r.t.cfg.Flavor != FlavorMariaDB {
+		begin, end = "FLUSH TABLES WITH READ LOCK", "UNLOCK TABLES"
+	}
+	if _, err = r.t.query(ctx, begin); err != nil {
+		return "", 0, "", "", fmt.Errorf("%s: %w", strings.ToLower(begin), err)
+	}
+	ended := false
+	defer func() {
+		if !ended {
+			// Ends the transaction (or releases the lock) after an error;
+			// a failed statement has already closed the connection.
+			_, _ = r.t.query(ctx, end)
+		}
+	}()
+	var res *mysql.Result
+	if r.t.cfg.Flavor == FlavorMariaDB {
+		if res, err = r.t.query(ctx, "SHOW STATUS LIKE 'binlog_snapshot_%'"); err != nil {
+			return "", 0, "", "", err
+		}
+		for i := 0; i < res.RowNumber(); i++ {
+			name, _ := res.GetString(i, 0)
+			switch strings.ToLower(name) {
+			case "binlog_snapshot_file":
+				file, _ = res.GetString(i, 1)
+			case "binlog_snapshot_position":
+				v, _ := res.GetString(i, 1)
+				pos, _ = strconv.ParseUint(v, 10, 64)
+			}
+		}
+		if file == "" {
+			return "", 0, "", "", fmt.Errorf("binlog_snapshot_file is empty (log_bin off?): %w", tidemark.ErrSourceConfig)
+		}
+		// The GTID state at exactly that position (BINLOG_GTID_POS scans
+		// the binlog file up to it: once per catch-up).
+		if res, err = r.t.query(ctx, "SELECT BINLOG_GTID_POS(?, ?), UTC_TIMESTAMP(6)", file, pos); err != nil {
+			return "", 0, "", "", err
+		}
+	} else {
+		if res, err = r.t.query(ctx, "SHOW MASTER STATUS"); err != nil {
+			return "", 0, "", "", err
+		}
+		if res.RowNumber() == 0 {
+			return "", 0, "", "", fmt.Errorf("SHOW MASTER STATUS is empty (log_bin off?): %w", tidemark.ErrSourceConfig)
+		}
+		file, _ = res.GetString(0, 0)
+		pos, _ = res.GetUint(0, 1)
+		if res, err = r.t.query(ctx, "SELECT @@gtid_executed, UTC_TIMESTAMP(6)"); err != nil {
+			return "", 0, "", "", err
+		}
+	}
+	gtid, _ = res.GetString(0, 0)
+	now, _ = res.GetString(0, 1)
+	ended = true
+	if _, err = r.t.query(ctx, end); err != nil {
+		return "", 0, "", "", fmt.Errorf("%s: %w", strings.ToLower(end), err)
+	}
+	return file, pos, gtid, now, nil
 }
 
 // Tables implements tidemark.SnapshotSource: the base tables that pass the
@@ -331,6 +399,16 @@ func (r *Reader) localBound(id tidemark.TableID, col tidemark.Column, t time.Tim
 	return t.UTC().Format("2006-01-02 15:04:05.000000")
 }
 
+// localLower is localBound for a window's lower bound: for a DATETIME, the
+// local floor (tidemark.ZonePolicy.LocalFloor), which also covers the rows
+// written in a repeated hour after the bound.
+func (r *Reader) localLower(id tidemark.TableID, col tidemark.Column, t time.Time) string {
+	if col.Kind == tidemark.KindDateTime {
+		return r.t.cfg.zoneFor(id, col.Name).LocalFloor(t).Format("2006-01-02 15:04:05.000000")
+	}
+	return r.localBound(id, col, t)
+}
+
 func (rt *readTable) column(name string) (int, tidemark.Column, error) {
 	i := rt.table.ColumnIndex(name)
 	if i < 0 {
@@ -435,7 +513,7 @@ func (r *Reader) Read(ctx context.Context, req tidemark.ReadRequest) (tidemark.R
 		orderIdx = append(orderIdx, ci)
 		if !req.Lower.IsZero() {
 			where = append(where, quoteMy(req.Column)+" > ?")
-			args = append(args, r.localBound(req.Table, col, req.Lower))
+			args = append(args, r.localLower(req.Table, col, req.Lower))
 		}
 		where = append(where, quoteMy(req.Column)+" <= ?")
 		args = append(args, r.localBound(req.Table, col, req.Upper))

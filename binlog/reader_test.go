@@ -175,3 +175,36 @@ func TestReaderWindowsAndCursor(t *testing.T) {
 		t.Fatal("a VARCHAR accepted as watermark column")
 	}
 }
+
+// TestReaderWindowAcrossFold: in America/New_York the clocks go back at
+// 2026-11-01 06:00Z (02:00 EDT → 01:00 EST), and 01:00–02:00 happens twice.
+// A window that starts at 05:50Z (01:50 EDT) must still select a row
+// written at 06:10Z (01:10 EST, stored as the digits 01:10): with the lower
+// bound converted to "01:50" it was skipped.
+func TestReaderWindowAcrossFold(t *testing.T) {
+	addr, user, pass, c := testServer(t)
+	db := randName("br_")
+	exec(t, c, "CREATE DATABASE "+db)
+	t.Cleanup(func() { _, _ = c.Execute("DROP DATABASE " + db) })
+	exec(t, c, "USE "+db, "CREATE TABLE f (id INT PRIMARY KEY, updated_at DATETIME(6) NOT NULL, KEY (updated_at))",
+		// 1: 01:55 EDT (05:55Z); 2: 01:10 EST (06:10Z); 3: 00:30 EDT (04:30Z), before the window.
+		"INSERT INTO f VALUES (1, '2026-11-01 01:55:00'), (2, '2026-11-01 01:10:00'), (3, '2026-11-01 00:30:00')")
+	loc, _ := time.LoadLocation("America/New_York")
+	r, err := NewReader(Config{Name: "test", Addr: addr, User: user, Password: pass, ServerID: 1, Zone: tidemark.ZonePolicy{Location: loc}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	res, err := r.Read(context.Background(), tidemark.ReadRequest{Table: tidemark.TableID{Database: db, Name: "f"}, Column: "updated_at",
+		Lower: time.Date(2026, 11, 1, 5, 50, 0, 0, time.UTC), Upper: time.Date(2026, 11, 1, 7, 0, 0, 0, time.UTC), Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[int64]bool{}
+	for _, ch := range res.Changes {
+		got[ch.After[0].(int64)] = true
+	}
+	if !got[1] || !got[2] {
+		t.Fatalf("window from 01:50 EDT read ids %v; want 1 (01:55 EDT) and 2 (01:10 EST, written after the bound)", got)
+	}
+}
