@@ -1,6 +1,6 @@
 # tidemark — see README.md.
 #   make demo    start local MariaDB + PostgreSQL and run the end-to-end demo
-#   make test    start local MariaDB + PostgreSQL, then gofmt check, go vet, go test -race
+#   make test    start local MariaDB + PostgreSQL + Kafka, then gofmt check, go vet, go test -race
 #                (packages one at a time: -p 1, since tests share one MariaDB and some purge its binlogs)
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tidemark"
@@ -19,20 +18,16 @@ import (
 )
 
 // TestPostgresAndKafkaExactlyOnce runs the daemon with both sinks against
-// an in-process Kafka cluster (kfake), kills it with SIGKILL several times
+// the real Apache Kafka broker (scripts/services.sh), kills it with SIGKILL several times
 // under load, and checks that PostgreSQL equals the source and that a
 // read_committed consumer sees every change of the source exactly once
 // (one record per source version), with the envelope's op matching.
 func TestPostgresAndKafkaExactlyOnce(t *testing.T) {
 	f := newFixture(t)
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
+	brokers := f.kafka(t)
 	db := randName("it_kafka_")
 	f.dropLater(t, db, db)
-	start, _ := harness.SourcePosition(f.my)
+	start := f.binlogStart(t)
 	wmy, err := f.env.MySQL()
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +41,7 @@ func TestPostgresAndKafkaExactlyOnce(t *testing.T) {
 	extra := "dedupe:\n  enabled: false\n"
 	cfg := f.configYAMLWith(t, db, db, db, "Asia/Kolkata", start, extra)
 	// Add the Kafka target to the generated config.
-	addKafka(t, cfg, cluster.ListenAddrs(), prefix)
+	addKafka(t, cfg, brokers, prefix)
 
 	stop := make(chan struct{})
 	loadErr := make(chan error, 1)
@@ -86,7 +81,7 @@ func TestPostgresAndKafkaExactlyOnce(t *testing.T) {
 
 	// Every source change, exactly once, on Kafka.
 	ledger := sourceVersions(t, f, db, start)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumeTopics(prefix+"."+db+".orders"),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(prefix+"."+db+".orders"),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
@@ -178,6 +173,41 @@ func sourceVersions(t *testing.T, f *fixture, db string, from tidemark.Position)
 	}
 }
 
+// kafka returns the real broker's addresses (TIDEMARK_TEST_KAFKA_BROKERS);
+// the test fails when they are not set, since CI starts the broker.
+func (f *fixture) kafka(t *testing.T) []string {
+	t.Helper()
+	brokers, err := f.env.Kafka()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return brokers
+}
+
+// binlogStart returns the source's current GTID position, writing one
+// transaction first on a server that has none: an empty start position
+// means "snapshot first", and these tests count binlog changes.
+func (f *fixture) binlogStart(t *testing.T) tidemark.Position {
+	t.Helper()
+	start, err := harness.SourcePosition(f.my)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if start.GTID != "" {
+		return start
+	}
+	seed := randName("it_seed_")
+	for _, q := range []string{"CREATE DATABASE " + seed, "DROP DATABASE " + seed} {
+		if _, err := f.my.Execute(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if start, err = harness.SourcePosition(f.my); err != nil || start.GTID == "" {
+		t.Fatalf("source has no GTID position after a write: %q, %v", start.GTID, err)
+	}
+	return start
+}
+
 // addKafka adds a target.kafka section to a config written by configYAML.
 func addKafka(t *testing.T, cfgPath string, brokers []string, prefix string) {
 	t.Helper()
@@ -197,20 +227,16 @@ batch:`, strings.Join(brokers, ", "), prefix), 1)
 	}
 }
 
-// TestKafkaOnlyExactlyOnce runs the daemon with Kafka as its only target
-// (checkpoints in the checkpoint topic), kills it three times under load,
+// TestKafkaOnlyExactlyOnce runs the daemon with Kafka (the real broker) as
+// its only target (checkpoints in the checkpoint topic), kills it three times under load,
 // and requires every source change exactly once on a read_committed
 // consumer.
 func TestKafkaOnlyExactlyOnce(t *testing.T) {
 	f := newFixture(t)
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
+	brokers := f.kafka(t)
 	db := randName("it_konly_")
 	f.dropLater(t, db)
-	start, _ := harness.SourcePosition(f.my)
+	start := f.binlogStart(t)
 	w := &harness.Workload{My: f.my, Database: db, Zone: "UTC", Rand: rand.New(rand.NewPCG(81, 82)), BigTxRows: 100}
 	if err := w.Setup(); err != nil {
 		t.Fatal(err)
@@ -230,7 +256,7 @@ func TestKafkaOnlyExactlyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	prefix := "tk" + strings.TrimPrefix(db, "it_konly_")
-	addKafka(t, cfg, cluster.ListenAddrs(), prefix)
+	addKafka(t, cfg, brokers, prefix)
 	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	for i := 0; i < 3; i++ {
 		if err := w.Run(60); err != nil {
@@ -246,7 +272,7 @@ func TestKafkaOnlyExactlyOnce(t *testing.T) {
 	ledger := sourceVersions(t, f, db, start)
 	d := f.startDaemon(t, cfg)
 	defer d.stop(t)
-	seen, ops := consumeVersions(t, cluster.ListenAddrs(), prefix+"."+db+".orders", len(ledger), 60*time.Second)
+	seen, ops := consumeVersions(t, brokers, prefix+"."+db+".orders", len(ledger), 60*time.Second)
 	dups, missing := 0, 0
 	for v, n := range seen {
 		if n > 1 {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Local MariaDB (source) and PostgreSQL (target) for tidemark's demo and tests.
+# Local MariaDB (source), PostgreSQL (target) and Apache Kafka (KRaft) for tidemark's demo and tests.
 #
-#   scripts/services.sh up       start both (initialising data dirs on first run); idempotent
-#   scripts/services.sh down     stop both, keep data
+#   scripts/services.sh up       start all three (initialising data dirs on first run); idempotent
+#   scripts/services.sh down     stop all three, keep data
 #   scripts/services.sh reset    down + delete all data
 #   scripts/services.sh status   show what is running
 #   scripts/services.sh env      print shell exports: eval "$(scripts/services.sh env)"
@@ -10,8 +10,11 @@
 #   scripts/services.sh psql  [args]   psql as the tidemark user on the tidemark database
 #
 # Data, logs, pid files and sockets live under <repo>/.data/. Servers listen on 127.0.0.1 only.
-# Ports: TIDEMARK_MYSQL_PORT (default 33061) and TIDEMARK_PG_PORT (default 54329). The ports
+# Ports: TIDEMARK_MYSQL_PORT (default 33061), TIDEMARK_PG_PORT (default 54329),
+# TIDEMARK_KAFKA_PORT (default 19092) and TIDEMARK_KAFKA_CONTROLLER_PORT (default 19093). The ports
 # used by the last `up` are remembered in .data/ports.env, so later commands need no override.
+# Kafka: Apache Kafka 4.x jars from Maven Central (scripts/kafka/pom.xml, resolved with mvn into
+# .data/kafka/lib, cached in ~/.m2), one node in KRaft combined mode on OpenJDK 17.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
@@ -28,6 +31,17 @@ PG_BIN="${TIDEMARK_PG_BIN:-/usr/lib/postgresql/15/bin}"
 PG_DATA="$DATA/pg"
 PG_LOG="$LOG_DIR/postgresql.log"
 PG_INIT_MARK="$DATA/pg.initialized"
+
+KAFKA_POM="$REPO/scripts/kafka/pom.xml"
+KAFKA_DIR="$DATA/kafka"
+KAFKA_LIB="$KAFKA_DIR/lib"
+KAFKA_LIB_STAMP="$KAFKA_DIR/lib.stamp"
+KAFKA_LOGS="$KAFKA_DIR/data"
+KAFKA_CONF="$KAFKA_DIR/server.properties"
+KAFKA_LOG4J="$KAFKA_DIR/log4j2.properties"
+KAFKA_PID="$KAFKA_DIR/kafka.pid"
+KAFKA_LOG="$LOG_DIR/kafka.log"
+KAFKA_HEAP="${TIDEMARK_KAFKA_HEAP:-512m}"
 
 APP_USER=tidemark
 APP_PASSWORD=tidemark-local
@@ -59,22 +73,31 @@ as_user() {
 # ports
 
 load_ports() {
-	local rec_my="" rec_pg=""
+	local rec_my="" rec_pg="" rec_k="" rec_kc=""
 	if [[ -f $PORTS_FILE ]]; then
 		rec_my=$(sed -n 's/^MYSQL_PORT=//p' "$PORTS_FILE")
 		rec_pg=$(sed -n 's/^PG_PORT=//p' "$PORTS_FILE")
+		rec_k=$(sed -n 's/^KAFKA_PORT=//p' "$PORTS_FILE")
+		rec_kc=$(sed -n 's/^KAFKA_CONTROLLER_PORT=//p' "$PORTS_FILE")
 	fi
 	MY_PORT=${TIDEMARK_MYSQL_PORT:-${rec_my:-33061}}
 	PG_PORT=${TIDEMARK_PG_PORT:-${rec_pg:-54329}}
+	KAFKA_PORT=${TIDEMARK_KAFKA_PORT:-${rec_k:-19092}}
+	KAFKA_CTL_PORT=${TIDEMARK_KAFKA_CONTROLLER_PORT:-${rec_kc:-19093}}
 	REC_MY_PORT=$rec_my
 	REC_PG_PORT=$rec_pg
+	REC_KAFKA_PORT=$rec_k
 	[[ $MY_PORT =~ ^[0-9]+$ ]] || die "bad TIDEMARK_MYSQL_PORT: $MY_PORT"
 	[[ $PG_PORT =~ ^[0-9]+$ ]] || die "bad TIDEMARK_PG_PORT: $PG_PORT"
+	[[ $KAFKA_PORT =~ ^[0-9]+$ ]] || die "bad TIDEMARK_KAFKA_PORT: $KAFKA_PORT"
+	[[ $KAFKA_CTL_PORT =~ ^[0-9]+$ ]] || die "bad TIDEMARK_KAFKA_CONTROLLER_PORT: $KAFKA_CTL_PORT"
+	[[ $KAFKA_PORT != "$KAFKA_CTL_PORT" ]] || die "TIDEMARK_KAFKA_PORT and TIDEMARK_KAFKA_CONTROLLER_PORT must differ ($KAFKA_PORT)"
 }
 
 save_ports() {
 	mkdir -p "$DATA"
-	printf 'MYSQL_PORT=%s\nPG_PORT=%s\n' "$MY_PORT" "$PG_PORT" >"$PORTS_FILE"
+	printf 'MYSQL_PORT=%s\nPG_PORT=%s\nKAFKA_PORT=%s\nKAFKA_CONTROLLER_PORT=%s\n' \
+		"$MY_PORT" "$PG_PORT" "$KAFKA_PORT" "$KAFKA_CTL_PORT" >"$PORTS_FILE"
 }
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -107,6 +130,8 @@ ensure_packages() {
 	[[ -x /usr/sbin/mariadbd ]] || command -v mariadbd >/dev/null || pkgs+=(mariadb-server mariadb-client)
 	[[ -x $PG_BIN/initdb ]] || pkgs+=(postgresql-15 postgresql-client-15)
 	[[ -f /usr/share/zoneinfo/Asia/Kolkata ]] || pkgs+=(tzdata)
+	command -v java >/dev/null || pkgs+=(openjdk-17-jre-headless)
+	command -v mvn >/dev/null || pkgs+=(maven)
 	((${#pkgs[@]})) || return 0
 	is_root || die "missing packages (${pkgs[*]}); install them or run as root"
 	log "installing ${pkgs[*]} with apt-get"
@@ -361,6 +386,155 @@ pg_stop() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# Apache Kafka (KRaft combined mode: one process is controller and broker)
+
+# The JVM command line of the broker and its storage tool.
+KAFKA_JAVA=(java -Xms"$KAFKA_HEAP" -Xmx"$KAFKA_HEAP" -XX:+UseG1GC -Djava.awt.headless=true
+	-Dlog4j2.configurationFile="$KAFKA_LOG4J" -cp "$KAFKA_LIB/*")
+kafka_java() { "${KAFKA_JAVA[@]}" "$@"; }
+
+kafka_running() {
+	[[ -f $KAFKA_PID ]] || return 1
+	local pid
+	pid=$(cat "$KAFKA_PID" 2>/dev/null) || return 1
+	[[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 1
+	port_in_use "$KAFKA_PORT"
+}
+
+# The jars: resolved from Maven Central once per pom (cached in ~/.m2 across checkouts).
+kafka_jars() {
+	local want
+	want=$(cksum <"$KAFKA_POM" | cut -d' ' -f1)
+	if [[ -f $KAFKA_LIB_STAMP && $(cat "$KAFKA_LIB_STAMP") == "$want" ]] && ls "$KAFKA_LIB"/kafka_2.13-*.jar >/dev/null 2>&1; then
+		return 0
+	fi
+	command -v mvn >/dev/null || die "mvn not found (apt-get install maven)"
+	log "resolving Apache Kafka jars with mvn (scripts/kafka/pom.xml)"
+	rm -rf "$KAFKA_LIB" "$KAFKA_LIB_STAMP"
+	mkdir -p "$KAFKA_LIB" "$LOG_DIR"
+	if ! mvn -B -q -f "$KAFKA_POM" dependency:copy-dependencies -DoutputDirectory="$KAFKA_LIB" \
+		>"$LOG_DIR/kafka-mvn.log" 2>&1; then
+		tail -n 30 "$LOG_DIR/kafka-mvn.log" >&2
+		die "mvn could not resolve the Kafka jars (log: $LOG_DIR/kafka-mvn.log)"
+	fi
+	printf '%s\n' "$want" >"$KAFKA_LIB_STAMP"
+}
+
+kafka_write_conf() {
+	cat >"$KAFKA_CONF" <<EOF
+# generated by scripts/services.sh; rewritten on every 'up'
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$KAFKA_CTL_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CTL_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$KAFKA_LOGS
+num.partitions=1
+auto.create.topics.enable=true
+# one node: every internal topic has one replica
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=10
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=10
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+# tests: no initial rebalance delay, modest segments, test topics expire after a day
+group.initial.rebalance.delay.ms=0
+log.retention.hours=24
+log.segment.bytes=67108864
+num.network.threads=2
+num.io.threads=4
+EOF
+	cat >"$KAFKA_LOG4J" <<EOF
+# generated by scripts/services.sh
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = $KAFKA_LOG
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+logger.server.name = kafka.server.KafkaRaftServer
+logger.server.level = info
+EOF
+}
+
+kafka_start() {
+	if kafka_running; then
+		if [[ -n $REC_KAFKA_PORT && $REC_KAFKA_PORT != "$KAFKA_PORT" ]]; then
+			die "Kafka is running on port $REC_KAFKA_PORT, not $KAFKA_PORT; run '$0 down' first"
+		fi
+		log "Kafka already running (pid $(cat "$KAFKA_PID"), port $KAFKA_PORT)"
+		return 0
+	fi
+	local p
+	for p in "$KAFKA_PORT" "$KAFKA_CTL_PORT"; do
+		if port_in_use "$p"; then
+			die "port $p is already in use (another checkout's services?); set TIDEMARK_KAFKA_PORT / TIDEMARK_KAFKA_CONTROLLER_PORT to free ports"
+		fi
+	done
+	command -v java >/dev/null || die "java not found (OpenJDK 17: apt-get install openjdk-17-jre-headless)"
+	kafka_jars
+	mkdir -p "$KAFKA_DIR" "$LOG_DIR"
+	kafka_write_conf
+	if [[ ! -f $KAFKA_LOGS/meta.properties ]]; then
+		log "formatting Kafka storage $KAFKA_LOGS (KRaft)"
+		rm -rf "$KAFKA_LOGS"
+		local cluster_id
+		cluster_id=$(kafka_java kafka.tools.StorageTool random-uuid 2>>"$LOG_DIR/kafka-format.log") ||
+			{ tail -n 30 "$LOG_DIR/kafka-format.log" >&2; die "kafka-storage random-uuid failed"; }
+		kafka_java kafka.tools.StorageTool format -t "$cluster_id" -c "$KAFKA_CONF" \
+			>>"$LOG_DIR/kafka-format.log" 2>&1 ||
+			{ tail -n 30 "$LOG_DIR/kafka-format.log" >&2; die "kafka-storage format failed"; }
+	fi
+	log "starting Kafka on 127.0.0.1:$KAFKA_PORT (controller $KAFKA_CTL_PORT)"
+	rm -f "$KAFKA_PID"
+	: >>"$KAFKA_LOG"
+	local mark
+	mark=$(wc -l <"$KAFKA_LOG")
+	setsid nohup "${KAFKA_JAVA[@]}" kafka.Kafka "$KAFKA_CONF" </dev/null >>"$LOG_DIR/kafka.out" 2>&1 &
+	local pid=$! i
+	echo "$pid" >"$KAFKA_PID"
+	for ((i = 0; i < 240; i++)); do
+		if tail -n +"$((mark + 1))" "$KAFKA_LOG" | grep -q 'Kafka Server started' && port_in_use "$KAFKA_PORT"; then
+			return 0
+		fi
+		if ! kill -0 "$pid" 2>/dev/null; then
+			tail -n 40 "$KAFKA_LOG" "$LOG_DIR/kafka.out" >&2
+			die "Kafka exited during startup (logs: $KAFKA_LOG, $LOG_DIR/kafka.out)"
+		fi
+		sleep 0.5
+	done
+	tail -n 40 "$KAFKA_LOG" "$LOG_DIR/kafka.out" >&2
+	die "Kafka did not start within 120 s (log: $KAFKA_LOG)"
+}
+
+kafka_stop() {
+	[[ -f $KAFKA_PID ]] || return 0
+	local pid
+	pid=$(cat "$KAFKA_PID" 2>/dev/null) || return 0
+	if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+		log "stopping Kafka"
+		kill -TERM "$pid" 2>/dev/null || true
+		local i
+		for ((i = 0; i < 120; i++)); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.5
+		done
+		if kill -0 "$pid" 2>/dev/null; then
+			log "Kafka (pid $pid) did not stop within 60 s; killing it"
+			kill -KILL "$pid" 2>/dev/null || true
+		fi
+	fi
+	rm -f "$KAFKA_PID"
+}
+
+# ---------------------------------------------------------------------------------------------
 # commands
 
 print_env() {
@@ -370,6 +544,7 @@ export TIDEMARK_TEST_MYSQL_USER=$APP_USER
 export TIDEMARK_TEST_MYSQL_PASSWORD=$APP_PASSWORD
 export TIDEMARK_TEST_MYSQL_SOCKET=$MY_SOCK
 export TIDEMARK_TEST_PG_DSN='$(pg_dsn)'
+export TIDEMARK_TEST_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
 EOF
 }
 
@@ -382,6 +557,8 @@ MariaDB $(mariadbd --version 2>/dev/null | sed -n 's/.*Ver \([^ ]*\).*/\1/p') (s
 PostgreSQL $("$PG_BIN/postgres" --version 2>/dev/null | awk '{print $3}') (target)
   DSN       $(pg_dsn)
   client    $0 psql
+Apache Kafka $(ls "$KAFKA_LIB"/kafka_2.13-*.jar 2>/dev/null | sed -n 's/.*kafka_2.13-\(.*\)\.jar/\1/p') (KRaft, one node)
+  brokers   127.0.0.1:$KAFKA_PORT   controller 127.0.0.1:$KAFKA_CTL_PORT
 Data and logs: $DATA
 For tests: eval "\$($0 env)"
 EOF
@@ -396,14 +573,25 @@ cmd_up() {
 	if ! pg_running && port_in_use "$PG_PORT"; then
 		die "port $PG_PORT is already in use (another checkout's services?); set TIDEMARK_PG_PORT to a free port"
 	fi
+	if ! kafka_running; then
+		local p
+		for p in "$KAFKA_PORT" "$KAFKA_CTL_PORT"; do
+			if port_in_use "$p"; then
+				die "port $p is already in use (another checkout's services?); set TIDEMARK_KAFKA_PORT / TIDEMARK_KAFKA_CONTROLLER_PORT to free ports"
+			fi
+		done
+	fi
 	my_start
 	save_ports
 	pg_start
+	save_ports
+	kafka_start
 	save_ports
 	print_summary
 }
 
 cmd_down() {
+	kafka_stop
 	my_stop
 	pg_stop
 }
@@ -431,11 +619,18 @@ cmd_status() {
 	else
 		echo "PostgreSQL: not initialised"; rc=1
 	fi
+	if kafka_running; then
+		echo "Kafka:      running  pid $(cat "$KAFKA_PID")  127.0.0.1:$KAFKA_PORT  controller 127.0.0.1:$KAFKA_CTL_PORT"
+	elif [[ -f $KAFKA_LOGS/meta.properties ]]; then
+		echo "Kafka:      stopped  (data in $KAFKA_LOGS)"; rc=1
+	else
+		echo "Kafka:      not initialised"; rc=1
+	fi
 	return $rc
 }
 
 usage() {
-	sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 

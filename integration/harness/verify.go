@@ -30,6 +30,9 @@ import (
 type Env struct {
 	MySQLAddr, MySQLUser, MySQLPassword string
 	PGDSN                               string
+	// KafkaBrokers are the seed brokers of the local Apache Kafka broker
+	// (TIDEMARK_TEST_KAFKA_BROKERS, comma-separated); see KafkaOrError.
+	KafkaBrokers []string
 }
 
 // EnvFromOS reads the TIDEMARK_TEST_* variables; it fails when they are not
@@ -39,10 +42,24 @@ func EnvFromOS() (Env, error) {
 		MySQLAddr: os.Getenv("TIDEMARK_TEST_MYSQL_ADDR"), MySQLUser: os.Getenv("TIDEMARK_TEST_MYSQL_USER"),
 		MySQLPassword: os.Getenv("TIDEMARK_TEST_MYSQL_PASSWORD"), PGDSN: os.Getenv("TIDEMARK_TEST_PG_DSN"),
 	}
+	for _, b := range strings.Split(os.Getenv("TIDEMARK_TEST_KAFKA_BROKERS"), ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			e.KafkaBrokers = append(e.KafkaBrokers, b)
+		}
+	}
 	if e.MySQLAddr == "" || e.PGDSN == "" {
 		return e, fmt.Errorf("TIDEMARK_TEST_MYSQL_ADDR / TIDEMARK_TEST_PG_DSN are not set: run `scripts/services.sh up` and `eval \"$(scripts/services.sh env)\"` (make test and make demo do both)")
 	}
 	return e, nil
+}
+
+// Kafka returns the seed brokers of the real Kafka broker, or an error
+// naming the variable and the command that starts it when it is not set.
+func (e Env) Kafka() ([]string, error) {
+	if len(e.KafkaBrokers) == 0 {
+		return nil, fmt.Errorf("TIDEMARK_TEST_KAFKA_BROKERS is not set: run `scripts/services.sh up` (it starts Apache Kafka) and `eval \"$(scripts/services.sh env)\"` (make test does both)")
+	}
+	return e.KafkaBrokers, nil
 }
 
 // MySQL opens a source connection.
