@@ -107,6 +107,11 @@ type Change struct {
 	// Size is an estimate of the change's memory in bytes, used for
 	// byte-bounded batching and back-pressure.
 	Size int
+	// KeyOnly marks a delete whose Before image holds only the business
+	// key (its other values are unknown, not NULL): a row a key diff found
+	// gone from the source. A sink that keeps deleted rows keeps the last
+	// image it has of them.
+	KeyOnly bool
 }
 
 // Row returns the image that identifies the row: After, or Before for a

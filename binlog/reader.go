@@ -590,31 +590,32 @@ func cursorValue(v any) any {
 
 // keyCanon returns the SQL for a key's canonical text (for checksums) and
 // checks that the key's kinds have one canonical text form on both sides.
+// The text is verify's (tidemark.RowHashInput): each part is length-prefixed
+// ("3:a|b") or "N" for NULL, so ('a|b', 'c') and ('a', 'b|c') differ.
 func (rt *readTable) keyCanon() (string, error) {
 	var parts []string
 	for _, k := range rt.table.Key {
-		c := rt.table.Columns[k]
+		c := &rt.table.Columns[k]
 		switch c.Kind {
 		case tidemark.KindInt, tidemark.KindUint, tidemark.KindText:
-			parts = append(parts, quoteMy(c.Name))
+			b := "CAST(" + vCanon(c) + " AS BINARY)"
+			parts = append(parts, "IFNULL(CONCAT(LENGTH("+b+"), ':', "+b+"), 'N')")
 		default:
 			return "", fmt.Errorf("key diff of %s: key column %s is %s; key diff supports integer and text keys", rt.table.ID, c.Name, c.Kind)
 		}
 	}
-	return "CONVERT(CONCAT_WS('|', " + strings.Join(parts, ", ") + ") USING utf8mb4)", nil
+	return "CONCAT_WS('|', " + strings.Join(parts, ", ") + ")", nil
 }
 
-// keyOrder returns the key columns in byte order (utf8mb4_bin for text),
-// which PostgreSQL's COLLATE "C" reproduces.
+// keyOrder returns the key columns in byte order (text as its UTF-8
+// bytes, which PostgreSQL's COLLATE "C" reproduces). Not a collation: the
+// utf8mb4 _bin collations are PAD SPACE, which put 'a\t' before 'a' where
+// PostgreSQL puts it after, and the chunks of the two sides then cover
+// different keys.
 func (rt *readTable) keyOrder() []string {
 	var cols []string
-	for _, k := range rt.table.Key {
-		c := rt.table.Columns[k]
-		q := quoteMy(c.Name)
-		if c.Kind == tidemark.KindText {
-			q = "CONVERT(" + q + " USING utf8mb4) COLLATE utf8mb4_bin"
-		}
-		cols = append(cols, q)
+	for i := range rt.table.Key {
+		cols = append(cols, vKeyOrder(&rt.table.Columns[rt.table.Key[i]]))
 	}
 	return cols
 }

@@ -402,7 +402,7 @@ func (c *CatchUp) keyDiff(ctx context.Context, snap tidemark.Snapshot, id tidema
 				if err != nil {
 					return err
 				}
-				dels = append(dels, tidemark.Change{Op: tidemark.OpDelete, Table: tbl, Before: before,
+				dels = append(dels, tidemark.Change{Op: tidemark.OpDelete, Table: tbl, Before: before, KeyOnly: true,
 					Version: snap.Version, CommitTime: snap.ServerTime, Size: 128})
 			}
 			if len(dels) > 0 {
@@ -438,7 +438,9 @@ func keyString(k []any) string {
 }
 
 // keyRow builds a delete's before image from a target key (text values):
-// the key columns typed as the source schema says, other columns NULL.
+// the key columns typed as the source schema says, other columns NULL (the
+// change is KeyOnly: they are unknown, and a soft-deleting sink keeps its
+// own).
 func keyRow(t *tidemark.Table, key []any) ([]any, error) {
 	row := make([]any, len(t.Columns))
 	for i, ci := range t.Key {

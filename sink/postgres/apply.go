@@ -120,7 +120,7 @@ type groupPlan struct {
 	key  defKey
 	rows copyRows // encoded for COPY (encode.go)
 	// staged operations by code
-	nUpsert, nDelete, nKeyGone int
+	nUpsert, nDelete, nKeyGone, nMark int
 	// nInserts counts the upserts of inserted or read rows: when every row
 	// is one, the direct insert path is worth a try.
 	nInserts int
@@ -243,6 +243,9 @@ func (s *Sink) plan(b *tidemark.Batch) (*batchPlan, error) {
 			}
 		case dl >= 0 && ops[dl].alive:
 			ops[dl].code = opDelete
+			if ops[dl].def.soft && b.Changes[i].KeyOnly {
+				ops[dl].code = opMarkDeleted
+			}
 		default:
 			p.coalesced++
 		}
@@ -283,6 +286,8 @@ func (s *Sink) plan(b *tidemark.Batch) (*batchPlan, error) {
 			g.nDelete++
 		case opKeyGone:
 			g.nKeyGone++
+		case opMarkDeleted:
+			g.nMark++
 		}
 	}
 	return p, nil
@@ -463,6 +468,14 @@ func (s *Sink) applyGroup(ctx context.Context, tx pgx.Tx, g *groupPlan, now time
 			return st, d.wrap("upsert into", err)
 		}
 		st.Skipped += counted - returned
+	}
+	if g.nMark > 0 {
+		tag, err := tx.Exec(ctx, d.markSQL)
+		if err != nil {
+			return st, d.wrap("mark deleted in", err)
+		}
+		st.Deleted += int(tag.RowsAffected())
+		st.Skipped += g.nMark - int(tag.RowsAffected())
 	}
 	if d.soft && g.nKeyGone > 0 {
 		if _, err := tx.Exec(ctx, d.keyGoneSQL); err != nil {

@@ -31,26 +31,25 @@ func (s *Sink) Watermark(ctx context.Context, source string, table tidemark.Tabl
 }
 
 // keyExprs returns the canonical-text expression and the order/compare
-// expressions of a table's business key. The canonical text and the byte
-// order (COLLATE "C") match the source side's (binlog.Reader: CONCAT_WS
-// over utf8mb4, ORDER BY … COLLATE utf8mb4_bin).
+// expressions of a table's business key. Both match the source side's
+// (binlog.Reader): each part length-prefixed ("3:a|b", "N" for NULL) and
+// joined by '|', text ordered by its bytes (COLLATE "C"; the source orders
+// the UTF-8 bytes too, not by a PAD SPACE collation).
 func keyExprs(d *tableDef) (canon string, order []string, err error) {
 	var parts []string
 	for _, k := range d.table.Key {
-		c := d.table.Columns[k]
+		c := &d.table.Columns[k]
 		q := quoteIdent(c.Name)
 		switch c.Kind {
-		case tidemark.KindInt, tidemark.KindUint:
-			parts = append(parts, q+"::text")
-			order = append(order, q)
-		case tidemark.KindText:
-			parts = append(parts, q)
-			order = append(order, q+` COLLATE "C"`)
+		case tidemark.KindInt, tidemark.KindUint, tidemark.KindText:
+			e := q + "::text"
+			parts = append(parts, "coalesce(octet_length("+e+")::text || ':' || "+e+", 'N')")
+			order = append(order, vKeyOrder(c))
 		default:
 			return "", nil, fmt.Errorf("key diff of %s: key column %s is %s; key diff supports integer and text keys", d.display, c.Name, c.Kind)
 		}
 	}
-	return "concat_ws('|', " + strings.Join(parts, ", ") + ")", order, nil
+	return strings.Join(parts, " || '|' || "), order, nil
 }
 
 // keyBound builds "(k1, k2) > ($n, $n+1)" for a cursor; values are bound

@@ -32,6 +32,10 @@ const (
 	// opKeyGone removes the old key of an update that changed the key. It
 	// is not counted: the change it comes from is counted by its upsert.
 	opKeyGone = "k"
+	// opMarkDeleted is a soft delete that knows only the key
+	// (tidemark.Change.KeyOnly): the row is marked deleted and keeps its
+	// last values. Counted as deleted/skipped.
+	opMarkDeleted = "x"
 )
 
 // ddlLockKey serializes DDL (CREATE SCHEMA / CREATE TABLE IF NOT EXISTS,
@@ -59,6 +63,7 @@ type tableDef struct {
 	createStageSQL string
 	upsertSQL      string // hard: op 'u'; soft: ops 'u' and 'd'
 	keyGoneSQL     string // soft only: op 'k'
+	markSQL        string // soft only: op 'x'
 	deleteSQL      string // hard only: ops 'd' and 'k'
 	copyColumns    []string
 	directColumns  []string // the direct insert path's COPY columns (direct.go)
@@ -249,6 +254,17 @@ func (d *tableDef) buildSQL() {
 	if d.soft {
 		d.upsertSQL = upsert(fmt.Sprintf("IN ('%s', '%s')", opUpsert, opDelete))
 		d.keyGoneSQL = upsert(fmt.Sprintf("= '%s'", opKeyGone))
+		// A key-only delete marks the row it finds and leaves its values
+		// alone; no row (or one already deleted) is a skip.
+		var conds []string
+		for _, k := range keys {
+			conds = append(conds, fmt.Sprintf("t.%s = s.%s", k, k))
+		}
+		d.markSQL = fmt.Sprintf("UPDATE %s AS t SET %s = true, %s = COALESCE(s.%s, now()), %s = s.%s, %s = s.%s, %s = s.%s, %s = now()\n"+
+			"FROM %s AS s\nWHERE s.%s = '%s' AND %s\n  AND (t.%s, t.%s) < (s.%s, s.%s) AND NOT t.%s\nRETURNING 1",
+			d.qname, q(colDeleted), q(colDeletedAt), q(colCommitTime), q(colSeq), q(colSeq), q(colIdx), q(colIdx), q(colCommitTime), q(colCommitTime), q(colLoadedAt),
+			stage, q(colOp), opMarkDeleted, strings.Join(conds, " AND "),
+			q(colSeq), q(colIdx), q(colSeq), q(colIdx), q(colDeleted))
 	} else {
 		d.upsertSQL = upsert(fmt.Sprintf("= '%s'", opUpsert))
 		// Hard delete, guarded like the upsert. The deleted row's version
