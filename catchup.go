@@ -31,6 +31,11 @@ type ReadRequest struct {
 	// Lower (exclusive) and Upper (inclusive) bound Column, in UTC; a zero
 	// Lower is unbounded. Ignored when Column is empty.
 	Lower, Upper time.Time
+	// Undated, with Column, reads instead the rows whose Column has no time
+	// to bound it (NULL or a zero date), in business-key order: no window
+	// selects them, so every catch-up window reads them again. Lower and
+	// Upper are ignored.
+	Undated bool
 	// After is the cursor returned by the previous chunk (nil to start).
 	After []any
 	// Limit is the chunk size in rows.

@@ -488,8 +488,9 @@ func keysetAfter(cols []string, vals []any) (string, []any) {
 }
 
 // Read implements tidemark.SnapshotSource. With a watermark column it reads
-// Lower < column ≤ Upper in (column, key) order; without, the whole table in
-// key order. The predicate compares the column in its own terms: the UTC
+// Lower < column ≤ Upper in (column, key) order (with Undated, the rows
+// whose column is NULL or a zero date, in key order); without, the whole
+// table in key order. The predicate compares the column in its own terms: the UTC
 // bounds are converted to the column's source zone for a DATETIME.
 func (r *Reader) Read(ctx context.Context, req tidemark.ReadRequest) (tidemark.ReadResult, error) {
 	var out tidemark.ReadResult
@@ -509,14 +510,21 @@ func (r *Reader) Read(ctx context.Context, req tidemark.ReadRequest) (tidemark.R
 		if err != nil {
 			return out, fmt.Errorf("read %s: %w", req.Table, err)
 		}
-		order = append(order, quoteMy(req.Column))
-		orderIdx = append(orderIdx, ci)
-		if !req.Lower.IsZero() {
-			where = append(where, quoteMy(req.Column)+" > ?")
-			args = append(args, r.localLower(req.Table, col, req.Lower))
+		if req.Undated {
+			// NULL, and the zero dates (year 0, below every real value):
+			// the rows the converters turn into NULL.
+			where = append(where, "("+quoteMy(req.Column)+" IS NULL OR "+quoteMy(req.Column)+" < ?)")
+			args = append(args, "0001-01-01 00:00:00")
+		} else {
+			order = append(order, quoteMy(req.Column))
+			orderIdx = append(orderIdx, ci)
+			if !req.Lower.IsZero() {
+				where = append(where, quoteMy(req.Column)+" > ?")
+				args = append(args, r.localLower(req.Table, col, req.Lower))
+			}
+			where = append(where, quoteMy(req.Column)+" <= ?")
+			args = append(args, r.localBound(req.Table, col, req.Upper))
 		}
-		where = append(where, quoteMy(req.Column)+" <= ?")
-		args = append(args, r.localBound(req.Table, col, req.Upper))
 	}
 	for _, k := range rt.table.Key {
 		order = append(order, quoteMy(rt.table.Columns[k].Name))

@@ -97,14 +97,17 @@ type Progress struct {
 // TableReport says what a catch-up did for one table.
 type TableReport struct {
 	Table tidemark.TableID
-	// Mode is "window", "snapshot" (no watermark yet) or "full" (no
-	// watermark column), or "empty".
+	// Mode is "window", "snapshot" (no watermark yet), "full" (no
+	// watermark column), or "empty" (a snapshot that found no row).
 	Mode string
 	// Lower and Upper are the window read (UTC; Lower zero = unbounded).
 	Lower, Upper time.Time
 	Rows         int64
-	Chunks       int
-	Applied      tidemark.ApplyStats
+	// Undated counts the rows of Rows a window read because their column
+	// is NULL or a zero date (no window selects them).
+	Undated int64
+	Chunks  int
+	Applied tidemark.ApplyStats
 	// BeyondUpper counts rows whose column is past the clamped upper
 	// bound (far-future values).
 	BeyondUpper int64
@@ -254,6 +257,9 @@ func (c *CatchUp) RunReport(ctx context.Context, only []tidemark.TableID) (Repor
 		if tr.BeyondUpper > 0 {
 			args = append(args, "beyond_upper_bound", tr.BeyondUpper)
 		}
+		if tr.Undated > 0 {
+			args = append(args, "undated_rows", tr.Undated)
+		}
 		if tr.DeletesChecked {
 			args = append(args, "deletes", tr.Deletes)
 		}
@@ -282,6 +288,14 @@ func (c *CatchUp) tableConfig(id tidemark.TableID) TableConfig {
 }
 
 // table catches one table up.
+//
+// Rows whose watermark column is NULL (or a zero date) have no time to bound
+// them: a snapshot reads the whole table in key order whatever the column
+// holds, and every window also reads the undated rows again (through the
+// column's index: `column IS NULL OR column < '0001-01-01'`), so that an
+// update to one of them during a gap is not lost. A column with no value in
+// any row stores no watermark: the next catch-up reads the table in full
+// again.
 func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark.TableID) (TableReport, error) {
 	tr := TableReport{Table: id}
 	tc := c.tableConfig(id)
@@ -289,17 +303,19 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 	req := tidemark.ReadRequest{Table: id, Limit: c.cfg.ChunkRows, Snapshot: snap}
 	if tc.Column == "" {
 		tr.Mode = "full"
-	} else {
-		upper, ok, err := c.src.MaxTime(ctx, id, tc.Column)
-		if err != nil {
+		if err := c.read(ctx, req, nil, &tr); err != nil {
 			return tr, err
 		}
-		if !ok {
-			// An empty table (or only NULLs): nothing to read, nothing
-			// to persist.
-			tr.Mode = "empty"
-			return tr, c.keyDiff(ctx, snap, id, tc, &tr)
-		}
+		return tr, c.keyDiff(ctx, snap, id, tc, &tr)
+	}
+	if err := c.checkColumn(ctx, id, tc.Column); err != nil {
+		return tr, err
+	}
+	upper, dated, err := c.src.MaxTime(ctx, id, tc.Column)
+	if err != nil {
+		return tr, err
+	}
+	if dated {
 		if limit := snap.ServerTime.Add(c.cfg.FutureTolerance); upper.After(limit) {
 			n, err := c.src.CountAbove(ctx, id, tc.Column, limit)
 			if err != nil {
@@ -311,27 +327,71 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 			upper = limit
 		}
 		tr.Upper = upper
-		w, has, err := c.target.Watermark(ctx, c.cfg.Source, id)
-		if err != nil {
-			return tr, err
-		}
-		if has {
-			tr.Mode = "window"
-			tr.Lower = w.Add(-tc.Lookback)
-			req.Column, req.Lower, req.Upper = tc.Column, tr.Lower, upper
-		} else {
-			// First sight: a full snapshot in key order; the window
-			// afterwards starts at the bound captured before reading.
-			tr.Mode = "snapshot"
-		}
 		wm = &tidemark.Watermark{Table: id, Value: upper}
 	}
+	w, has, err := c.target.Watermark(ctx, c.cfg.Source, id)
+	if err != nil {
+		return tr, err
+	}
+	if !has {
+		// First sight: a full snapshot in key order; the window
+		// afterwards starts at the bound captured before reading.
+		tr.Mode = "snapshot"
+		if err := c.read(ctx, req, wm, &tr); err != nil {
+			return tr, err
+		}
+		if tr.Rows == 0 {
+			tr.Mode = "empty"
+		} else if !dated {
+			c.cfg.Logger.Warn("the watermark column is NULL (or a zero date) in every row: the table was read in full, and the next catch-up reads it in full again",
+				"table", id.String(), "column", tc.Column, "rows", tr.Rows)
+		}
+		return tr, c.keyDiff(ctx, snap, id, tc, &tr)
+	}
+	tr.Mode = "window"
+	undated := req
+	undated.Column, undated.Undated = tc.Column, true
+	if err := c.read(ctx, undated, nil, &tr); err != nil {
+		return tr, err
+	}
+	tr.Undated = tr.Rows
+	if dated {
+		tr.Lower = w.Add(-tc.Lookback)
+		req.Column, req.Lower, req.Upper = tc.Column, tr.Lower, upper
+		if err := c.read(ctx, req, wm, &tr); err != nil {
+			return tr, err
+		}
+	}
+	return tr, c.keyDiff(ctx, snap, id, tc, &tr)
+}
+
+// checkColumn refuses a watermark column that is not in the source table or
+// is not a time: a *tidemark.TableError, which quarantines the table (the
+// others go on) instead of failing every catch-up of the source.
+func (c *CatchUp) checkColumn(ctx context.Context, id tidemark.TableID, column string) error {
+	tbl, err := c.src.Table(ctx, id)
+	if err != nil {
+		return err
+	}
+	i := tbl.ColumnIndex(column)
+	if i < 0 {
+		return &tidemark.TableError{Table: id, Err: fmt.Errorf("watermark column %q (fallback.tables.%s.column) is not in the source table: dropped, renamed, or misspelt in the config", column, id)}
+	}
+	if k := tbl.Columns[i].Kind; k != tidemark.KindDateTime && k != tidemark.KindTimestamp {
+		return &tidemark.TableError{Table: id, Err: fmt.Errorf("watermark column %q (fallback.tables.%s.column) is %s in the source table, want DATETIME or TIMESTAMP", column, id, k)}
+	}
+	return nil
+}
+
+// read reads req to the end, chunk by chunk, applying each; wm, if set,
+// commits with the last chunk.
+func (c *CatchUp) read(ctx context.Context, req tidemark.ReadRequest, wm *tidemark.Watermark, tr *TableReport) error {
 	for {
 		t0 := time.Now()
 		res, err := c.src.Read(ctx, req)
 		tr.ReadTime += time.Since(t0)
 		if err != nil {
-			return tr, err
+			return err
 		}
 		tr.Rows += int64(len(res.Changes))
 		tr.Chunks++
@@ -346,19 +406,18 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 			st, err := c.target.Apply(ctx, b)
 			tr.ApplyTime += time.Since(t0)
 			if err != nil {
-				return tr, err
+				return err
 			}
 			tr.Applied.Add(st)
 		}
 		if c.cfg.Progress != nil {
-			c.cfg.Progress(Progress{Table: id, Rows: tr.Rows, Chunks: tr.Chunks, Done: last, BeyondUpper: tr.BeyondUpper})
+			c.cfg.Progress(Progress{Table: tr.Table, Rows: tr.Rows, Chunks: tr.Chunks, Done: last, BeyondUpper: tr.BeyondUpper})
 		}
 		if last {
-			break
+			return nil
 		}
 		req.After = res.Next
 	}
-	return tr, c.keyDiff(ctx, snap, id, tc, &tr)
 }
 
 // keyDiff finds keys present in the target but not in the source and
