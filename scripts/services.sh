@@ -313,6 +313,8 @@ unix_socket_directories = '$PG_RUN'
 fsync = on
 max_connections = 200
 password_encryption = 'scram-sha-256'
+# when a row became visible: pg_xact_commit_timestamp(xmin) (the bench's lag, T3)
+track_commit_timestamp = on
 EOF
 	if is_root; then chown postgres:postgres "$conf"; fi
 }

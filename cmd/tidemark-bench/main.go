@@ -28,11 +28,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"runtime/pprof"
 	"sort"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 	_ "time/tzdata"
 
@@ -69,7 +67,12 @@ type options struct {
 	bin                                                string
 	t1Profile, t2Profile                               string
 	fallbackRows                                       int
+	runs                                               int
+	peerRows                                           int
 }
+
+// loadAtStart is the load average when the bench started.
+var loadAtStart string
 
 func main() {
 	var o options
@@ -83,16 +86,27 @@ func main() {
 	flag.StringVar(&o.out, "out", "docs/PERFORMANCE.md", "report file")
 	flag.StringVar(&o.bin, "bin", "", "tidemark binary (default: build it)")
 	flag.StringVar(&o.t1Profile, "t1-cpuprofile", "", "write a CPU profile of T1 (tailer + dedupe) to this file")
+	flag.StringVar(&daemonLog, "daemon-log", "warn", "log.level of the tidemark daemons the bench starts")
 	flag.IntVar(&batchChanges, "batch", 0, "batch.max_changes of the daemon (default: tidemark's)")
 	flag.StringVar(&o.t2Profile, "t2-cpuprofile", "", "write a CPU profile of the daemon during T2 insert-heavy to this file")
+	flag.IntVar(&o.runs, "runs", 3, "measure this many times on the same backlog; the report gives medians")
+	flag.IntVar(&o.peerRows, "peers", 0, "instead: load a table of this many rows with pgloader and with tidemark's first-run snapshot")
 	flag.IntVar(&o.fallbackRows, "fallback", 0, "instead: benchmark the fallback catch-up on a table of this many rows")
 	flag.Parse()
+	loadAtStart = loadAvg()
 	// The same GC settings as the tidemark binary (cmd/tidemark tuneGC), for
 	// C1 and T1 alike, which run in this process.
 	debug.SetGCPercent(400)
 	debug.SetMemoryLimit(200 << 20)
+	if o.peerRows > 0 {
+		if err := benchPeers(context.Background(), o); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if o.fallbackRows > 0 {
-		if err := benchFallback(context.Background(), o.fallbackRows, o.out); err != nil {
+		if err := benchFallback(context.Background(), o.fallbackRows, o.runs, o.out); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
@@ -113,34 +127,67 @@ type result struct {
 
 func (r result) rate() float64 { return float64(r.rows) / r.took.Seconds() }
 
-func run(ctx context.Context, o options) error {
+// services connects to the local services (scripts/services.sh env).
+type services struct {
+	env harness.Env
+	my  *client.Conn
+	pg  *pgx.Conn
+}
+
+func connect(ctx context.Context) (*services, error) {
 	env, err := harness.EnvFromOS()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	my, err := env.MySQL()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer my.Close()
 	pg, err := env.PG(ctx)
+	if err != nil {
+		my.Close()
+		return nil, err
+	}
+	return &services{env: env, my: my, pg: pg}, nil
+}
+
+func (s *services) close(ctx context.Context) {
+	s.my.Close()
+	s.pg.Close(ctx)
+}
+
+// buildTidemark builds the tidemark binary into a temporary directory
+// unless -bin names one; cleanup removes it.
+func buildTidemark(o *options) (cleanup func(), err error) {
+	if o.bin != "" {
+		return func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "tidemark-bench-")
+	if err != nil {
+		return nil, err
+	}
+	o.bin = filepath.Join(dir, "tidemark")
+	b := exec.Command("go", "build", "-o", o.bin, "./cmd/tidemark")
+	b.Stdout, b.Stderr = os.Stderr, os.Stderr
+	if err := b.Run(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("build tidemark: %w", err)
+	}
+	return func() { os.RemoveAll(dir) }, nil
+}
+
+func run(ctx context.Context, o options) error {
+	sv, err := connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer pg.Close(ctx)
-	if o.bin == "" {
-		dir, err := os.MkdirTemp("", "tidemark-bench-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		o.bin = filepath.Join(dir, "tidemark")
-		b := exec.Command("go", "build", "-o", o.bin, "./cmd/tidemark")
-		b.Stdout, b.Stderr = os.Stderr, os.Stderr
-		if err := b.Run(); err != nil {
-			return fmt.Errorf("build tidemark: %w", err)
-		}
+	defer sv.close(ctx)
+	env, my, pg := sv.env, sv.my, sv.pg
+	cleanup, err := buildTidemark(&o)
+	if err != nil {
+		return err
 	}
+	defer cleanup()
 
 	step := func(s string) { fmt.Fprintf(os.Stderr, "== %s\n", s) }
 	step("loading the backlog into MariaDB")
@@ -157,13 +204,6 @@ func run(ctx context.Context, o options) error {
 		"SET time_zone = '"+zone+"'"); err != nil {
 		return err
 	}
-	for _, s := range []string{"bench_ins", "bench_upd", "bench_lag"} {
-		_, _ = pg.Exec(ctx, "DELETE FROM tidemark.checkpoints WHERE source = $1", s)
-	}
-	_, _ = pg.Exec(ctx, "DROP SCHEMA IF EXISTS bench_ins CASCADE")
-	_, _ = pg.Exec(ctx, "DROP SCHEMA IF EXISTS bench_upd CASCADE")
-	_, _ = pg.Exec(ctx, "DROP SCHEMA IF EXISTS bench_lag CASCADE")
-	_, _ = pg.Exec(ctx, "DROP SCHEMA IF EXISTS bench_ceiling CASCADE")
 
 	// Update-heavy backlog: a hot set updated with Zipf-distributed keys,
 	// in transactions of 1–10 updates.
@@ -234,104 +274,23 @@ func run(ctx context.Context, o options) error {
 	insRows := o.bulkTx*o.bulkRows + o.singles
 	fmt.Fprintf(os.Stderr, "   insert-heavy: %d row changes in %s\n", insRows, time.Since(t0).Round(time.Millisecond))
 
-	var results []result
-	step("C1 raw go-mysql decode (no-op handler)")
-	c1, err := rawDecode(ctx, env, insStart, insEnd)
-	if err != nil {
-		return err
-	}
-	results = append(results, c1)
-
-	step("T1 tidemark tailer + UTC normalization + dedupe → null sink")
-	if o.t1Profile != "" {
-		f, err := os.Create(o.t1Profile)
+	bl := backlog{ddlStart: ddlStart, updStart: updStart, updEnd: updEnd, insStart: insStart, insEnd: insEnd, insRows: insRows, updRows: updRows}
+	var runs []runFigures
+	for i := 1; i <= o.runs; i++ {
+		step(fmt.Sprintf("run %d of %d", i, o.runs))
+		if err := resetTargets(ctx, pg); err != nil {
+			return err
+		}
+		f, err := measure(ctx, o, env, my, pg, bl, i)
 		if err != nil {
 			return err
 		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
+		runs = append(runs, f)
+		fmt.Fprint(os.Stderr, f.table(o.runs))
 	}
-	t1, err := tailerOnly(ctx, env, insStart, insEnd)
-	if o.t1Profile != "" {
-		pprof.StopCPUProfile()
-	}
-	if err != nil {
-		return err
-	}
-	results = append(results, t1)
-
-	step("C2 PostgreSQL COPY of the same rows")
-	c2, err := copyCeiling(ctx, my, pg, insRows)
-	if err != nil {
-		return err
-	}
-	results = append(results, c2)
-
-	step("C3 naive per-row autocommit upsert (sample)")
-	c3, err := naive(ctx, pg, o.naive)
-	if err != nil {
-		return err
-	}
-	results = append(results, c3)
-
-	step("T2 tidemark end to end, insert-heavy")
-	var t2Args []string
-	if o.t2Profile != "" {
-		t2Args = []string{"--cpuprofile", o.t2Profile}
-	}
-	t2i, rssIns, err := endToEnd(ctx, o.bin, env, pg, "bench_ins", "ins", ddlStart, insEnd, insRows, t2Args...)
-	if err != nil {
-		return err
-	}
-	results = append(results, t2i)
-
-	step("V tidemark verify of the insert-heavy table")
-	vr, err := verifyRun(o.bin, env, "bench_ins", "ins", insRows)
-	if err != nil {
-		return err
-	}
-	results = append(results, vr)
-
-	step("T2 tidemark end to end, update-heavy")
-	t2u, rssUpd, err := endToEnd(ctx, o.bin, env, pg, "bench_upd", "upd", updStart, updEnd, updRows)
-	if err != nil {
-		return err
-	}
-	results = append(results, t2u)
-
-	step("T3 lag at 50% of T2's insert-heavy rate")
-	p50, p99, lagRows, rssLag, err := lag(ctx, o, env, my, pg, t2i.rate()/2)
-	if err != nil {
-		return err
-	}
-
-	rss := max(rssIns, rssUpd, rssLag)
-	r1 := t1.rate() / c1.rate()
-	r2i := t2i.rate() / c2.rate()
-	r2u := t2u.rate() / c2.rate()
-	r3 := t2i.rate() / c3.rate()
-	var b strings.Builder
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "measure\trows\ttime\trows/s\tnote")
-	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%s\n", r.name, r.rows, r.took.Round(time.Millisecond), r.rate(), r.extra)
-	}
-	tw.Flush()
-	b.WriteString("\n")
-	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ratio\tvalue\ttarget\t")
-	fmt.Fprintf(tw, "R1 = T1/C1 (tailer vs raw decode)\t%.2f\t≥ 0.70\t%s\n", r1, pass(r1 >= 0.7))
-	fmt.Fprintf(tw, "R2 = T2/C2 insert-heavy (vs COPY)\t%.2f\t≥ 0.45\t%s\n", r2i, pass(r2i >= 0.45))
-	fmt.Fprintf(tw, "R2 = T2/C2 update-heavy (vs COPY)\t%.2f\t≥ 0.28\t%s\n", r2u, pass(r2u >= 0.28))
-	fmt.Fprintf(tw, "R3 = T2/C3 (vs naive per-row)\t%.1f×\t≥ 40×\t%s\n", r3, pass(r3 >= 40))
-	rv := vr.rate() / t2i.rate()
-	fmt.Fprintf(tw, "RV = verify / T2 apply, same 1M-row table\t%.2f\t≥ 1.0\t%s\n", rv, pass(rv >= 1))
-	fmt.Fprintf(tw, "T3 lag p50 / p99 (%d rows at %.0f rows/s)\t%s / %s\tp99 ≤ 1s\t%s\n", lagRows, t2i.rate()/2, p50.Round(time.Millisecond), p99.Round(time.Millisecond), pass(p99 <= time.Second))
-	fmt.Fprintf(tw, "peak RSS of tidemark\t%.0f MiB\t≤ 256 MiB\t%s\n", float64(rss)/1024, pass(rss <= 256*1024))
-	tw.Flush()
-	fmt.Print(b.String())
-	return writeReport(o, b.String())
+	tableText := report(runs)
+	fmt.Print(tableText)
+	return writeReport(o, tableText)
 }
 
 func pass(ok bool) string {
@@ -341,7 +300,8 @@ func pass(ok bool) string {
 	return "NOT met"
 }
 
-func writeReport(o options, table string) error {
+// machine describes this machine and how busy it was while the bench ran.
+func machine() string {
 	mem := "?"
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
 		mem = strings.Fields(strings.SplitN(string(b), "\n", 2)[0])[1] + " kB"
@@ -355,18 +315,33 @@ func writeReport(o options, table string) error {
 			}
 		}
 	}
-	var w strings.Builder
-	fmt.Fprintf(&w, `# Performance
+	return fmt.Sprintf("Machine: %d cores (%s), %s RAM, Go %s; load average before the run %s, after %s.",
+		runtime.NumCPU(), cpu, mem, runtime.Version(), loadAtStart, loadAvg())
+}
 
-Written by `+"`make bench`"+` (cmd/tidemark-bench) from its last run, %s.
+// loadAvg is the 1/5/15-minute load average (/proc/loadavg).
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
 
-Machine: %d cores (%s), %s RAM, Go %s. MariaDB 10.11, PostgreSQL 15 (fsync on) and tidemark
-share the machine, so every ratio below compares two measurements taken in the same run on the
-same noisy machine; absolute rows/s move ±20–30%% between runs, ratios much less.
+func writeReport(o options, table string) error {
+	body := fmt.Sprintf(`## Streaming: `+"`make bench`"+` (%s)
+
+%s MariaDB 10.11, PostgreSQL 15 (fsync on) and tidemark share the machine.
 
 Backlog: insert-heavy %d row changes (%d transactions of %d rows + %d single-row
 transactions) into a table with BIGINT, DECIMAL, DATETIME (Asia/Kolkata), TIMESTAMP, VARCHAR and
-JSON columns; update-heavy: %d updates over %d hot keys (Zipf s=1.1, 1–10 per transaction), streamed together with the hot keys' inserts.
+JSON columns; update-heavy: %d updates over %d hot keys (Zipf s=1.1, 1–10 per transaction),
+streamed together with the hot keys' inserts. Every measurement ran %d times on the same backlog;
+each ratio divides two figures of the same run, and the median of the per-run ratios is shown.
 
 `+"```"+`
 %s`+"```"+`
@@ -374,58 +349,29 @@ JSON columns; update-heavy: %d updates over %d hot keys (Zipf s=1.1, 1–10 per 
 - C1 reads the binlog with go-mysql's BinlogSyncer (ParseTime) and does nothing with the rows.
 - T1 is binlog.Tailer (type conversion, UTC normalization) + dedupe.Window, into a null sink.
 - C2 is one pgx CopyFrom of rows of the same shape into an identical table with a primary key.
-- C3 is one INSERT … ON CONFLICT DO UPDATE per row, autocommit (what a hand-written consumer does).
+- C3 is one INSERT … ON CONFLICT DO UPDATE per row, autocommit, on a sample.
+- C3b is what a competent engineer writes in a day: go-mysql's canal, rows gathered per source
+  transaction and written, at a transaction boundary once 1,000 rows or 100 ms have gathered, as
+  multi-row INSERT … ON CONFLICT DO UPDATE statements (coalesced by key) plus the binlog position in
+  one PostgreSQL transaction; DATETIME rebuilt in the source zone (cmd/tidemark-bench/canal.go).
 - T2 runs the real binary (`+"`tidemark run`"+`) from the backlog's start until its checkpoint
-  reaches the backlog's end: decode, normalize, dedupe, then per batch one transaction with the
-  rows (a batch of fresh inserts is COPYed straight into the target inside a savepoint; anything
-  else, or a batch that meets an existing key, goes through COPY into staging and the
-  version-guarded upsert) and the checkpoint. A full batch applies in the background while the
-  next one is gathered.
-- V runs `+"`tidemark verify`"+` on the table T2 just replicated (chunked checksums computed inside
-  MariaDB and PostgreSQL; this table has a JSON column, so each chunk's keys, row hashes and JSON
-  values are compared in Go); RV compares its rows/s with T2's apply rows/s on the same table.
-- T3 runs a generator at half of T2's insert-heavy rate while tidemark streams; lag is
-  PostgreSQL's `+"`_tm_loaded_at`"+` minus the source `+"`NOW(6)`"+` stored in the row (same clock).
-- RSS is the peak resident set (getrusage maxrss) of the tidemark process.
-
-## Where the time goes (pprof, this machine)
-
-Profiles: `+"`go run ./cmd/tidemark-bench -t1-cpuprofile t1.prof -t2-cpuprofile t2.prof`"+` and
-`+"`tidemark verify --cpuprofile v.prof`"+`.
-
-- **T2 is bound by the two cores.** The tidemark process uses about one core (4.8 s of CPU in a
-  4.8 s run); PostgreSQL's COPY and MariaDB's dump thread share the other. Of tidemark's CPU:
-  go-mysql's decoding ~20%%, dedupe ~14%%, tidemark's conversion ~11%%, the sink's plan ~10%%,
-  pgx's COPY encoding ~12%% (it looks up an encode plan for every value), GC ~9%%. What moved
-  it: the direct insert path (99.8k → ~145k rows/s; the staged upsert costs PostgreSQL about
-  twice the work of a COPY), then applying full batches in the background, DECIMAL encoded from
-  its digits instead of through big.Int, and the decoder changes below. Batch size 5,000 vs
-  20,000 changes: within 3%%.
-- **T1 is bound by go-mysql's decoder goroutine.** Two costs were ours to remove: go-mysql's
-  `+"`"+`ReadTimeout`+"`"+` sets a socket deadline before every packet (11%% of its goroutine): one deadline
-  per stream, watched from one goroutine, does the same job; and with `+"`"+`ParseTime`+"`"+` off every
-  DATETIME went through `+"`"+`fmt.Sprintf`+"`"+` and every TIMESTAMP through `+"`"+`time.Format`+"`"+`, then back
-  through our parser. ParseTime is on now, with a check of each DATETIME's raw bytes for a day
-  that does not exist (go-mysql's `+"`"+`time.Date`+"`"+` would shift it silently). Left: go-mysql
-  allocates a map per row (`+"`"+`UnsignedMap`+"`"+`) and boxes every value; the dedupe LRU (a hash,
-  an entry and an eviction per change past 100k keys); a channel hand-off per transaction.
-- **V is bound by the databases.** MariaDB spends ~1.8 s per 1M rows computing row hashes (MD5
-  alone ~0.65 s), PostgreSQL about as much; tidemark's comparison is ~1.3 s of CPU. What moved
-  it (14.3 s → ~4.0 s for 1M rows): JSON compared by a one-pass normalizer instead of
-  encoding/json + big.Rat; no checksum pass when every chunk's digests are read anyway; two chunks
-  read at once and compared in key order; row hashes as hex; the hash input computed once per
-  value. A canonical JSON computed inside PostgreSQL (PL/pgSQL, to match MariaDB's
-  `+"`"+`JSON_NORMALIZE`+"`"+`) costs 7.9 s per 1M documents on its own, so JSON stays compared in Go.
-- Fixed earlier: go-mysql's decode cache of 10,240 events held hundreds of MB of decoded
-  rows (now 256 events); the dedupe state bound of 1M keys held ~200 MB on a backlog of distinct
-  keys (now 100k); integer-key fast path; GOGC=400 with a 200 MiB soft memory limit; the dedupe
-  filter runs in its own stage.
-`, time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), cpu, mem, runtime.Version(),
-		o.bulkTx*o.bulkRows+o.singles, o.bulkTx, o.bulkRows, o.singles, o.updates, o.hotKeys, table)
+  reaches the backlog's end. Update-heavy is reported twice: the source changes it drained per
+  second, and the rows PostgreSQL actually wrote per second (pg_stat_user_tables n_tup_ins +
+  n_tup_upd + n_tup_del after the daemon exited): with Zipf(1.1) most updates of a batch fall on the
+  same keys and are coalesced before the target, so the first figure is not a write rate.
+- V runs `+"`tidemark verify`"+` on the table T2 just replicated; RV compares its rows/s with T2's.
+- T3 runs a generator at half of T2's insert-heavy rate (100-row transactions) while tidemark
+  streams. A row's lag is the moment it became visible in PostgreSQL — the commit timestamp of the
+  transaction that wrote it, pg_xact_commit_timestamp(xmin), with track_commit_timestamp=on —
+  minus the source NOW(6) stored in the row (same machine clock; NOW(6) is taken when the source
+  statement starts, so the figure errs high by the source statement's duration).
+- Peak RSS is VmHWM from /proc/<pid>/status of each daemon, polled every 50 ms until it exits.
+`, time.Now().UTC().Format("2006-01-02 15:04 UTC"), machine(),
+		o.bulkTx*o.bulkRows+o.singles, o.bulkTx, o.bulkRows, o.singles, o.updates, o.hotKeys, o.runs, table)
 	if err := os.MkdirAll(filepath.Dir(o.out), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(o.out, []byte(w.String()), 0o644)
+	return replaceSection(o.out, "main", body)
 }
 
 func host(addr string) (string, uint16) {
@@ -521,7 +467,7 @@ func tailerOnly(ctx context.Context, env harness.Env, from, to tidemark.Position
 }
 
 // copyCeiling is C2: one COPY of rows shaped like the backlog.
-func copyCeiling(ctx context.Context, my *client.Conn, pg *pgx.Conn, n int) (result, error) {
+func copyCeiling(ctx context.Context, pg *pgx.Conn, n int) (result, error) {
 	if _, err := pg.Exec(ctx, `CREATE SCHEMA bench_ceiling; CREATE TABLE bench_ceiling.ins (id bigint PRIMARY KEY, amount numeric(12,2) NOT NULL,
 		created_at timestamptz NOT NULL, updated_at timestamptz NOT NULL, name text NOT NULL, doc jsonb,
 		_tm_seq bigint NOT NULL, _tm_idx integer NOT NULL, _tm_commit_time timestamptz, _tm_loaded_at timestamptz NOT NULL DEFAULT now())`); err != nil {
@@ -567,7 +513,16 @@ func naive(ctx context.Context, pg *pgx.Conn, n int) (result, error) {
 // batchChanges is the -batch flag: batch.max_changes of every daemon run.
 var batchChanges int
 
+// daemonLog is the -daemon-log flag: log.level of every daemon run.
+var daemonLog = "warn"
+
 func writeConfig(env harness.Env, source, table string, start tidemark.Position) (string, error) {
+	return writeConfigDB(env, source, benchDB, table, start)
+}
+
+// writeConfigDB writes a daemon config for db.table into a temporary file;
+// the source password and the target DSN come from the environment.
+func writeConfigDB(env harness.Env, source, db, table string, start tidemark.Position) (string, error) {
 	y := fmt.Sprintf(`source:
   name: %s
   addr: %s
@@ -582,8 +537,8 @@ target:
     dsn: ${TM_BENCH_DSN}
     schema: %s
 log:
-  level: warn
-`, source, env.MySQLAddr, env.MySQLUser, 7100+len(source)+len(table), zone, benchDB, table, start, source)
+  level: %s
+`, source, env.MySQLAddr, env.MySQLUser, 7100+len(source)+len(table), zone, db, table, start, source, daemonLog)
 	if batchChanges > 0 {
 		y += fmt.Sprintf("batch:\n  max_changes: %d\n", batchChanges)
 	}
@@ -596,20 +551,27 @@ log:
 	return f.Name(), err
 }
 
-func startDaemon(bin, cfg string, env harness.Env, extra ...string) (*exec.Cmd, error) {
+// daemon is a running tidemark child process and the watch on its peak RSS.
+type daemon struct {
+	cmd *exec.Cmd
+	rss *rssWatch
+}
+
+func startDaemon(bin, cfg string, env harness.Env, extra ...string) (*daemon, error) {
 	cmd := exec.Command(bin, append([]string{"run", "--config", cfg}, extra...)...)
 	cmd.Env = append(os.Environ(), "TM_BENCH_PW="+env.MySQLPassword, "TM_BENCH_DSN="+env.PGDSN)
 	cmd.Stderr = os.Stderr
-	return cmd, cmd.Start()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return &daemon{cmd: cmd, rss: watchRSS(cmd.Process.Pid)}, nil
 }
 
-func stopDaemon(cmd *exec.Cmd) (maxRSSKiB int64, err error) {
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	err = cmd.Wait()
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		maxRSSKiB = ru.Maxrss
-	}
-	return maxRSSKiB, err
+// stop ends the daemon with SIGTERM and returns its peak RSS (VmHWM, KiB).
+func (d *daemon) stop() (peakKiB int64, err error) {
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	err = d.cmd.Wait()
+	return d.rss.Peak(), err
 }
 
 // endToEnd is T2: the real binary drains a backlog.
@@ -620,35 +582,80 @@ func endToEnd(ctx context.Context, bin string, env harness.Env, pg *pgx.Conn, so
 	}
 	defer os.Remove(cfg)
 	start := time.Now()
-	cmd, err := startDaemon(bin, cfg, env, extra...)
+	d, err := startDaemon(bin, cfg, env, extra...)
 	if err != nil {
 		return result{}, 0, err
 	}
 	err = harness.WaitCaughtUp(ctx, pg, "", source, to, 30*time.Minute)
 	took := time.Since(start)
-	rss, serr := stopDaemon(cmd)
+	rss, serr := d.stop()
 	if err != nil {
 		return result{}, rss, err
 	}
 	if serr != nil {
 		return result{}, rss, fmt.Errorf("tidemark exited: %w", serr)
 	}
-	return result{name: "T2 tidemark end to end, " + table, rows: rows, took: took, extra: fmt.Sprintf("peak RSS %d MiB", rss/1024)}, rss, nil
+	return result{name: "T2 tidemark end to end, " + table, rows: rows, took: took, extra: fmt.Sprintf("VmHWM %d MiB", rss/1024)}, rss, nil
 }
 
-// lag is T3: stream while a generator writes at a fixed rate; lag per row is
-// _tm_loaded_at − the source NOW(6) stored in updated_at.
-func lag(ctx context.Context, o options, env harness.Env, my *client.Conn, pg *pgx.Conn, rate float64) (p50, p99 time.Duration, n int, rss int64, err error) {
+// rowsWritten reads what PostgreSQL itself counted for a table: rows
+// inserted, updated and deleted (pg_stat_user_tables). A backend flushes its
+// counters when it exits: wait until the daemon's backends are gone, then
+// read until three reads agree.
+func rowsWritten(ctx context.Context, pg *pgx.Conn, schema, table string) (int64, error) {
+	var last int64 = -1
+	same := 0
+	for i := 0; i < 100; i++ {
+		var others, n int64
+		if _, err := pg.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
+			return 0, err
+		}
+		if err := pg.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'
+				AND datname = current_database() AND pid <> pg_backend_pid()),
+			(SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint FROM pg_stat_user_tables
+				WHERE schemaname = $1 AND relname = $2)`, schema, table).Scan(&others, &n); err != nil {
+			return 0, fmt.Errorf("read pg_stat_user_tables for %s.%s: %w", schema, table, err)
+		}
+		if others == 0 && n == last {
+			same++
+			if same == 2 {
+				return n, nil
+			}
+		} else {
+			same = 0
+		}
+		last = n
+		time.Sleep(200 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("read pg_stat_user_tables for %s.%s: counters did not settle (last %d)", schema, table, last)
+}
+
+// lag is T3: stream while a generator writes at a fixed rate. A row's lag
+// is the moment it became visible in PostgreSQL — the commit timestamp of
+// the transaction that wrote it, pg_xact_commit_timestamp(xmin), which needs
+// track_commit_timestamp=on — minus the source's NOW(6) stored in the row
+// when its INSERT ran (same machine, same clock). NOW(6) is taken at the
+// start of the source statement, a millisecond or so before its COMMIT, so
+// the figure errs high by that much.
+func lag(ctx context.Context, o options, env harness.Env, my *client.Conn, pg *pgx.Conn, source string, rate float64) (p50, p99 time.Duration, n int, rss int64, err error) {
+	var tct string
+	if err = pg.QueryRow(ctx, "SHOW track_commit_timestamp").Scan(&tct); err != nil {
+		return
+	}
+	if tct != "on" {
+		err = fmt.Errorf("T3 needs track_commit_timestamp=on in PostgreSQL to see when a row became visible (scripts/services.sh sets it; restart the services: scripts/services.sh down && scripts/services.sh up)")
+		return
+	}
 	start, err := harness.SourcePosition(my)
 	if err != nil {
 		return
 	}
-	cfg, err := writeConfig(env, "bench_lag", "lag", start)
+	cfg, err := writeConfig(env, source, "lag", start)
 	if err != nil {
 		return
 	}
 	defer os.Remove(cfg)
-	cmd, err := startDaemon(o.bin, cfg, env)
+	d, err := startDaemon(o.bin, cfg, env)
 	if err != nil {
 		return
 	}
@@ -674,29 +681,37 @@ func lag(ctx context.Context, o options, env harness.Env, my *client.Conn, pg *p
 	if err != nil {
 		return
 	}
-	if err = harness.WaitCaughtUp(ctx, pg, "", "bench_lag", end, 5*time.Minute); err != nil {
+	if err = harness.WaitCaughtUp(ctx, pg, "", source, end, 5*time.Minute); err != nil {
 		return
 	}
-	rss, _ = stopDaemon(cmd)
-	rows, err := pg.Query(ctx, "SELECT extract(epoch from (_tm_loaded_at - updated_at)) FROM bench_lag.lag")
+	rss, _ = d.stop()
+	rows, err := pg.Query(ctx, "SELECT extract(epoch from (pg_xact_commit_timestamp(xmin) - updated_at))::float8 FROM "+pgx.Identifier{source, "lag"}.Sanitize())
 	if err != nil {
 		return
 	}
 	var lags []float64
 	for rows.Next() {
-		var s float64
+		var s *float64
 		if err = rows.Scan(&s); err != nil {
 			rows.Close()
 			return
 		}
-		lags = append(lags, s)
+		if s == nil {
+			rows.Close()
+			err = fmt.Errorf("a row of %s.lag has no commit timestamp (track_commit_timestamp was off when it was written?)", source)
+			return
+		}
+		lags = append(lags, *s)
 	}
 	rows.Close()
-	sort.Float64s(lags)
-	if len(lags) == 0 {
-		err = fmt.Errorf("no rows replicated in the lag test")
+	if err = rows.Err(); err != nil {
 		return
 	}
+	if len(lags) != id {
+		err = fmt.Errorf("lag test: %d rows in PostgreSQL, %d written", len(lags), id)
+		return
+	}
+	sort.Float64s(lags)
 	q := func(p float64) time.Duration {
 		return time.Duration(lags[int(p*float64(len(lags)-1))] * float64(time.Second))
 	}

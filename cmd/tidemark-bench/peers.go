@@ -1,0 +1,288 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"tidemark"
+	"tidemark/integration/harness"
+)
+
+const peersDB = "tidemark_bench_peers"
+
+// The peers' table: what the seeds' incident table looked like. DATETIME is
+// written in Asia/Kolkata (the session zone), TIMESTAMP defaults to the
+// source clock.
+const peersDDL = `CREATE TABLE t (
+	id BIGINT NOT NULL PRIMARY KEY,
+	amount DECIMAL(12,2) NOT NULL,
+	name VARCHAR(64) NOT NULL,
+	created_at DATETIME(6) NOT NULL,
+	updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+	doc JSON
+) DEFAULT CHARSET=utf8mb4`
+
+// pgloader's load command. pgloader 3.6 turns MariaDB's
+// DEFAULT current_timestamp(6) into the string literal
+// 'current_timestamp(6)', which PostgreSQL refuses: the CAST rule drops the
+// default. The zone clauses are the workaround for DATETIME (withZone).
+const pgloaderLoad = `LOAD DATABASE
+  FROM mysql://%s:%s@%s/%s
+  INTO postgresql://%s:%s@%s/%s
+WITH include drop, create tables, create indexes, reset sequences
+%sCAST type timestamp to timestamptz drop default
+ALTER SCHEMA '%s' RENAME TO '%s';
+`
+
+// peerRun is one back-to-back run of the two loaders.
+type peerRun struct {
+	pgloader, tidemark       time.Duration
+	pgloaderRSS, tidemarkRSS int64 // KiB
+	pgloaderVerify           string
+	tidemarkVerify           string
+}
+
+// benchPeers loads the same table with pgloader and with tidemark's
+// first-run snapshot (`tidemark catchup` without a checkpoint: what `tidemark
+// run` does first), back to back, runs times, and checks both copies with
+// `tidemark verify`. The COPY ceiling (one pgx CopyFrom of rows of the same
+// shape) is measured in the same run.
+func benchPeers(ctx context.Context, o options) error {
+	if _, err := exec.LookPath("pgloader"); err != nil {
+		return errors.New("pgloader not found: `make bench-peers` installs it (apt-get install pgloader)")
+	}
+	sv, err := connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer sv.close(ctx)
+	env, my, pg := sv.env, sv.my, sv.pg
+	cleanup, err := buildTidemark(&o)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	rows := o.peerRows
+	fmt.Fprintf(os.Stderr, "== loading %d rows into %s.t\n", rows, peersDB)
+	t0 := time.Now()
+	if err := harness.Exec(my, "DROP DATABASE IF EXISTS "+peersDB, "CREATE DATABASE "+peersDB, "USE "+peersDB, peersDDL,
+		"SET time_zone = '"+zone+"'"); err != nil {
+		return err
+	}
+	for lo := 0; lo < rows; lo += 100000 {
+		n := min(100000, rows-lo)
+		if err := harness.Exec(my, fmt.Sprintf(`INSERT INTO t (id, amount, name, created_at, doc)
+			SELECT %d + seq, (seq %% 1000000) / 100, CONCAT('name-', seq, IF(seq %% 7 = 0, '-é✓', '')),
+				NOW(6) - INTERVAL (%d + seq) SECOND,
+				CONCAT('{"k": ', seq, ', "tags": ["a", "b"], "price": ', seq %% 1000, '.50}')
+			FROM seq_1_to_%d`, lo, lo, n)); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(os.Stderr, "   loaded in %s\n", time.Since(t0).Round(time.Millisecond))
+	if err := resetTargets(ctx, pg); err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stderr, "== C COPY ceiling (one pgx CopyFrom of rows of the same shape)")
+	ceil, err := copyCeiling(ctx, pg, rows)
+	if err != nil {
+		return err
+	}
+
+	dsn, err := url.Parse(env.PGDSN)
+	if err != nil {
+		return fmt.Errorf("parse TIDEMARK_TEST_PG_DSN: %w", err)
+	}
+	pgPass, _ := dsn.User.Password()
+	loadFile := func(schema, extra string) (string, error) {
+		f, err := os.CreateTemp("", "tidemark-bench-*.load")
+		if err != nil {
+			return "", err
+		}
+		defer f.Close()
+		_, err = fmt.Fprintf(f, pgloaderLoad, url.PathEscape(env.MySQLUser), url.PathEscape(env.MySQLPassword), env.MySQLAddr, peersDB,
+			url.PathEscape(dsn.User.Username()), url.PathEscape(pgPass), dsn.Host, strings.TrimPrefix(dsn.Path, "/"), extra, peersDB, schema)
+		return f.Name(), err
+	}
+	runPgloader := func(schema, extra string) (time.Duration, int64, error) {
+		lf, err := loadFile(schema, extra)
+		if err != nil {
+			return 0, 0, err
+		}
+		defer os.Remove(lf)
+		var out bytes.Buffer
+		cmd := exec.Command("pgloader", lf)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		took, rss, err := timeChild(cmd)
+		if err != nil || regexp.MustCompile(`(?m)\b(ERROR|FATAL)\b`).Match(out.Bytes()) {
+			return 0, 0, fmt.Errorf("pgloader into %s: %v\n%s", schema, err, out.String())
+		}
+		return took, rss, nil
+	}
+	runTidemark := func(source string) (time.Duration, int64, error) {
+		cfg, err := writeConfigDB(env, source, peersDB, "t", tidemark.Position{})
+		if err != nil {
+			return 0, 0, err
+		}
+		defer os.Remove(cfg)
+		var out bytes.Buffer
+		cmd := exec.Command(o.bin, "catchup", "--config", cfg)
+		cmd.Env = append(os.Environ(), "TM_BENCH_PW="+env.MySQLPassword, "TM_BENCH_DSN="+env.PGDSN)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		took, rss, err := timeChild(cmd)
+		if err != nil {
+			return 0, 0, fmt.Errorf("tidemark catchup: %v\n%s", err, out.String())
+		}
+		return took, rss, nil
+	}
+	verify := func(source string) (string, error) {
+		cfg, err := writeConfigDB(env, source, peersDB, "t", tidemark.Position{})
+		if err != nil {
+			return "", err
+		}
+		defer os.Remove(cfg)
+		cmd := exec.Command(o.bin, "verify", "--config", cfg, "--examples", "2")
+		cmd.Env = append(os.Environ(), "TM_BENCH_PW="+env.MySQLPassword, "TM_BENCH_DSN="+env.PGDSN)
+		out, err := cmd.Output()
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+			return "EQUAL", nil
+		case errors.As(err, &ee) && ee.ExitCode() == exitDifferent:
+			return "DIFFERENT:\n" + string(out), nil
+		default:
+			return "", fmt.Errorf("tidemark verify of %s: %v\n%s", source, err, out)
+		}
+	}
+
+	var runs []peerRun
+	for i := 1; i <= o.runs; i++ {
+		var r peerRun
+		pgSchema, tmSource := fmt.Sprintf("bench_peers_pgloader_%d", i), fmt.Sprintf("bench_peers_tidemark_%d", i)
+		fmt.Fprintf(os.Stderr, "== [%d] pgloader\n", i)
+		if r.pgloader, r.pgloaderRSS, err = runPgloader(pgSchema, ""); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "== [%d] tidemark first-run snapshot (tidemark catchup, no checkpoint)\n", i)
+		if r.tidemark, r.tidemarkRSS, err = runTidemark(tmSource); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "   pgloader %s, tidemark %s\n", r.pgloader.Round(time.Millisecond), r.tidemark.Round(time.Millisecond))
+		fmt.Fprintf(os.Stderr, "== [%d] tidemark verify of both copies\n", i)
+		if r.pgloaderVerify, err = verify(pgSchema); err != nil {
+			return err
+		}
+		if r.tidemarkVerify, err = verify(tmSource); err != nil {
+			return err
+		}
+		runs = append(runs, r)
+		// Keep the disk bounded: this run's copies are checked.
+		if err := resetTargets(ctx, pg, "bench_ceiling"); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(os.Stderr, "== pgloader with the zone workaround (session zones set to the source zone), once")
+	zoneFix := fmt.Sprintf("SET PostgreSQL PARAMETERS timezone = '%s'\nSET MySQL PARAMETERS time_zone = '\"%s\"'\n", zone, zone)
+	fixTook, _, err := runPgloader("bench_peers_pgloader_zonefix", zoneFix)
+	if err != nil {
+		return err
+	}
+	fixVerify, err := verify("bench_peers_pgloader_zonefix")
+	if err != nil {
+		return err
+	}
+	var docType string
+	if err := pg.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+		WHERE attrelid = 'bench_peers_pgloader_zonefix.t'::regclass AND attname = 'doc'`).Scan(&docType); err != nil {
+		return err
+	}
+
+	var pgl, tm, ratio, ceilRatio []float64
+	var perRatio, perCeil []string
+	var rssMax, pglRSS int64
+	for _, r := range runs {
+		pgl = append(pgl, r.pgloader.Seconds())
+		tm = append(tm, r.tidemark.Seconds())
+		x := r.pgloader.Seconds() / r.tidemark.Seconds()
+		ratio = append(ratio, x)
+		perRatio = append(perRatio, fmt.Sprintf("%.2f×", x))
+		c := (float64(rows) / r.tidemark.Seconds()) / ceil.rate()
+		ceilRatio = append(ceilRatio, c)
+		perCeil = append(perCeil, fmt.Sprintf("%.2f", c))
+		rssMax = max(rssMax, r.tidemarkRSS)
+		pglRSS = max(pglRSS, r.pgloaderRSS)
+	}
+	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)).Round(time.Millisecond) }
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "loader (median of %d runs, back to back)\ttime\trows/s\tpeak RSS (VmHWM)\ttidemark verify\n", len(runs))
+	fmt.Fprintf(tw, "pgloader %s\t%s\t%.0f\t%.0f MiB\t%s\n", pgloaderVersion(), sec(medianOf(pgl)), float64(rows)/medianOf(pgl), float64(pglRSS)/1024, firstLine(runs[0].pgloaderVerify))
+	fmt.Fprintf(tw, "tidemark first-run snapshot\t%s\t%.0f\t%.0f MiB\t%s\n", sec(medianOf(tm)), float64(rows)/medianOf(tm), float64(rssMax)/1024, firstLine(runs[0].tidemarkVerify))
+	fmt.Fprintf(tw, "pgloader + zone workaround (once)\t%s\t%.0f\t\t%s\n", fixTook.Round(time.Millisecond), float64(rows)/fixTook.Seconds(), firstLine(fixVerify))
+	fmt.Fprintf(tw, "C COPY ceiling (pgx CopyFrom)\t%s\t%.0f\t\t\n", ceil.took.Round(time.Millisecond), ceil.rate())
+	tw.Flush()
+	b.WriteString("\n")
+	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ratio\tper run\tmedian\ttarget\t")
+	fmt.Fprintf(tw, "tidemark vs pgloader (pgloader time ÷ tidemark time)\t%s\t%.2f×\t≥ 1.5×\t%s\n", strings.Join(perRatio, " "), medianOf(ratio), pass(medianOf(ratio) >= 1.5))
+	fmt.Fprintf(tw, "snapshot rows/s ÷ COPY ceiling rows/s\t%s\t%.2f\t≥ 0.7\t%s\n", strings.Join(perCeil, " "), medianOf(ceilRatio), pass(medianOf(ceilRatio) >= 0.7))
+	fmt.Fprintf(tw, "peak RSS of tidemark (largest run)\t\t%.0f MiB\t≤ 256 MiB\t%s\n", float64(rssMax)/1024, pass(rssMax <= 256*1024))
+	tw.Flush()
+	b.WriteString("\nWhat tidemark verify found in pgloader's copy (run 1, default zone handling):\n")
+	b.WriteString(indent(runs[0].pgloaderVerify))
+	fmt.Fprintf(&b, "pgloader's copy, column doc (MariaDB JSON): PostgreSQL type %s\n", docType)
+	fmt.Print(b.String())
+	if o.out == "" {
+		return nil
+	}
+	return replaceSection(o.out, "peers", fmt.Sprintf("## Peer: pgloader versus tidemark's first-run snapshot (`make bench-peers`, %s)\n\n%d-row table (BIGINT PK, DECIMAL(12,2), VARCHAR(64) with some non-ASCII names, DATETIME(6) written in %s, TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6), JSON), loaded by each tool into its own PostgreSQL schema, back to back in each run; both copies checked with `tidemark verify`. %s\n\n```\n%s```\n",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), rows, zone, machine(), b.String()))
+}
+
+// timeChild runs a command to its end and returns its wall-clock time and
+// peak RSS (VmHWM, KiB).
+func timeChild(cmd *exec.Cmd) (time.Duration, int64, error) {
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, 0, err
+	}
+	w := watchRSS(cmd.Process.Pid)
+	err := cmd.Wait()
+	return time.Since(start), w.Peak(), err
+}
+
+// exitDifferent is tidemark verify's exit code for "tables differ".
+const exitDifferent = 1
+
+func pgloaderVersion() string {
+	out, err := exec.Command("pgloader", "--version").Output()
+	if err != nil {
+		return "?"
+	}
+	if m := regexp.MustCompile(`version "([^"]+)"`).FindSubmatch(out); m != nil {
+		return string(m[1])
+	}
+	return "?"
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(s, "\n")
+	return strings.TrimSuffix(l, ":")
+}
+
+func indent(s string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		b.WriteString("  " + l + "\n")
+	}
+	return b.String()
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestReplaceSection(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "PERFORMANCE.md")
+	if err := os.WriteFile(path, []byte("# Performance\n\nhand-written summary\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct{ name, body string }{
+		{"main", "main 1\n"},
+		{"peers", "peers 1\n"},
+		{"main", "main 2\n"}, // replaces main 1 in place
+	}
+	for _, s := range steps {
+		if err := replaceSection(path, s.name, s.body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "# Performance\n\nhand-written summary\n\n" +
+		"<!-- bench:main -->\nmain 2\n<!-- /bench:main -->\n\n" +
+		"<!-- bench:peers -->\npeers 1\n<!-- /bench:peers -->\n"
+	if string(got) != want {
+		t.Fatalf("report:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// A child's VmHWM is its own: a child that touches 64 MiB reports at
+// least that, and this process's figure is not what it reports.
+func TestVmHWMOfChild(t *testing.T) {
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skip("no /proc on this system")
+	}
+	cmd := exec.Command("python3", "-c", "import sys,time; b = bytearray(64 << 20); sys.stdout.write('x'); sys.stdout.flush(); time.sleep(2)")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Skipf("python3 not available: %v", err)
+	}
+	w := watchRSS(cmd.Process.Pid)
+	buf := make([]byte, 1)
+	if _, err := out.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	direct, err := vmHWM(strconv.Itoa(cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	peak := w.Peak()
+	if direct < 64<<10 || peak < direct {
+		t.Fatalf("VmHWM of a child holding 64 MiB: direct %d KiB, watched peak %d KiB", direct, peak)
+	}
+	if self, _ := vmHWM("self"); strings.TrimSpace(strconv.FormatInt(self, 10)) == "" {
+		t.Fatal("no VmHWM for self")
+	}
+}
+
+func TestMedianOf(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{{[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 2.5}, {[]float64{7}, 7}} {
+		if got := medianOf(c.in); got != c.want {
+			t.Errorf("medianOf(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
