@@ -16,6 +16,11 @@ var (
 	// source has written (a GTID from another server or a reset source). It
 	// is fatal: falling back blindly could skip or double data.
 	ErrPositionAhead = errors.New("binlog position ahead of source")
+	// ErrSourceChanged means the server a checkpoint was read from is not
+	// the server the source's address reaches now (another server, flavor
+	// or binlog) and tidemark cannot follow the change safely. It is fatal;
+	// the message names what changed and what to do.
+	ErrSourceChanged = errors.New("source identity changed")
 	// ErrIncomparable means two positions cannot be ordered.
 	ErrIncomparable = errors.New("positions are not comparable")
 	// ErrNoRows is returned by a Querier's row when the query found nothing.

@@ -59,6 +59,16 @@ func TestFanoutCheckpointIsTheOldest(t *testing.T) {
 		{"first has none", []tidemark.Sink{at(tidemark.Position{}), at(pos(5))}, tidemark.Position{}, false, ""},
 		{"three", []tidemark.Sink{at(pos(9)), at(pos(4)), at(pos(6))}, pos(4), true, ""},
 		{"error names the sink", []tidemark.Sink{at(pos(5)), broken}, tidemark.Position{}, false, "from s1: connection refused"},
+		// After a MariaDB failover: the sink still at the old primary's
+		// position (higher file number, lower GTID) is the older one.
+		{"failover: GTID, not file number", []tidemark.Sink{
+			at(tidemark.Position{GTID: "0-2-120", File: "mysql-bin.000002", Offset: 400}),
+			at(tidemark.Position{GTID: "0-1-100", File: "mysql-bin.000009", Offset: 9000})},
+			tidemark.Position{GTID: "0-1-100", File: "mysql-bin.000009", Offset: 9000}, true, ""},
+		{"failover: epoch first", []tidemark.Sink{
+			at(tidemark.Position{GTID: "0-2-90", Epoch: 1}),
+			at(tidemark.Position{GTID: "0-1-100"})},
+			tidemark.Position{GTID: "0-1-100"}, true, ""},
 		{"incomparable", []tidemark.Sink{at(tidemark.Position{GTID: "0-1-5,1-1-1"}), at(tidemark.Position{GTID: "0-1-4,1-1-2"})}, tidemark.Position{}, false, "in s1 (gtid=0-1-4,1-1-2) and s0 (gtid=0-1-5,1-1-1)"},
 	}
 	for _, tt := range tests {

@@ -14,17 +14,25 @@ import (
 // "0-1001-42,1-1002-7"; MySQL "uuid:1-42"). File and Offset are the binlog
 // file and the offset just after that transaction's commit event. Either part
 // may be empty; GTID is preferred for resuming when both are set.
+//
+// Source is the identity of the server the position was read from and Epoch
+// the version epoch it belongs to (see SourceIdentity and EpochShift): both
+// are stored with every checkpoint, so that a restart or reconnect can tell
+// whether the server it reaches is the one the position means.
 type Position struct {
 	GTID   string
 	File   string
 	Offset uint64
+	Epoch  uint32
+	Source SourceIdentity
 }
 
-// IsZero reports whether p holds nothing.
+// IsZero reports whether p holds no place in a binlog (an identity or epoch
+// alone is not a place).
 func (p Position) IsZero() bool { return p.GTID == "" && p.File == "" && p.Offset == 0 }
 
-// String formats p as "gtid=G;file=F;pos=N", leaving out empty parts. Parse
-// reads it back.
+// String formats p as "gtid=G;file=F;pos=N;epoch=E;src=S", leaving out empty
+// parts (and epoch 0). Parse reads it back.
 func (p Position) String() string {
 	var parts []string
 	if p.GTID != "" {
@@ -32,6 +40,12 @@ func (p Position) String() string {
 	}
 	if p.File != "" {
 		parts = append(parts, "file="+p.File, "pos="+strconv.FormatUint(p.Offset, 10))
+	}
+	if p.Epoch != 0 {
+		parts = append(parts, "epoch="+formatEpoch(p.Epoch))
+	}
+	if !p.Source.IsZero() {
+		parts = append(parts, "src="+p.Source.String())
 	}
 	return strings.Join(parts, ";")
 }
@@ -51,10 +65,24 @@ func ParsePosition(s string) (Position, error) {
 		}
 		switch k {
 		case "gtid":
-			if _, err := ParseMariaDBGTIDSet(v); err != nil && !strings.Contains(v, ":") {
-				return Position{}, fmt.Errorf("parse position %q: %w", s, err)
+			if _, err := ParseMariaDBGTIDSet(v); err != nil {
+				if _, err2 := ParseMySQLGTIDSet(v); err2 != nil {
+					return Position{}, fmt.Errorf("parse position %q: %w", s, err)
+				}
 			}
 			p.GTID = v
+		case "epoch":
+			n, err := strconv.ParseUint(v, 10, 32)
+			if err != nil || n > MaxEpoch {
+				return Position{}, fmt.Errorf("parse position %q: invalid epoch %q", s, v)
+			}
+			p.Epoch = uint32(n)
+		case "src":
+			id, err := ParseSourceIdentity(v)
+			if err != nil {
+				return Position{}, fmt.Errorf("parse position %q: %w", s, err)
+			}
+			p.Source = id
 		case "file":
 			if v == "" || strings.ContainsAny(v, "/\\") {
 				return Position{}, fmt.Errorf("parse position %q: invalid file %q", s, v)
@@ -77,40 +105,87 @@ func ParsePosition(s string) (Position, error) {
 	return p, nil
 }
 
-// Compare orders two positions of the same source: -1 if p is before o, 0 if
-// equal, +1 if after. Positions are compared by file/offset when both have
-// one (binlog file index, then offset), otherwise by MariaDB GTID sets
-// (per domain). It returns ErrIncomparable when neither applies or the GTID
-// sets are ahead of each other in different domains.
+// Compare orders two positions of one source: -1 if p is before o, 0 if
+// equal, +1 if after.
+//
+//   - Epochs first: every position of a later epoch (after a followed
+//     identity change) is after every position of an earlier one.
+//   - Within one epoch, positions read from different known identities
+//     are ErrIncomparable (an unknown identity, from a checkpoint written
+//     before identities were stored, matches any).
+//   - Then GTIDs where both have them: a MariaDB GTID position per domain
+//     (ahead in one domain and behind in another is ErrIncomparable), a
+//     MySQL GTID set by inclusion. GTIDs survive a failover; file names do
+//     not.
+//   - Otherwise file/offset (binlog file index, then offset), which orders
+//     the positions of one server only.
+//
+// Anything else (a GTID against a bare file position of another flavor,
+// unparsable parts) is ErrIncomparable: a guess would drop or repeat data.
 func (p Position) Compare(o Position) (int, error) {
+	if p.Epoch != o.Epoch {
+		return cmpU(uint64(p.Epoch), uint64(o.Epoch)), nil
+	}
+	incomparable := func() (int, error) {
+		return 0, fmt.Errorf("compare positions %s and %s: %w", p, o, ErrIncomparable)
+	}
+	if !p.Source.IsZero() && !o.Source.IsZero() && p.Source != o.Source {
+		return incomparable()
+	}
+	if p.GTID != "" && o.GTID != "" {
+		if p.GTID == o.GTID {
+			return 0, nil
+		}
+		if ps, err := ParseMariaDBGTIDSet(p.GTID); err == nil {
+			os, err := ParseMariaDBGTIDSet(o.GTID)
+			if err != nil {
+				return incomparable()
+			}
+			return ps.Compare(os)
+		}
+		ps, err1 := ParseMySQLGTIDSet(p.GTID)
+		os, err2 := ParseMySQLGTIDSet(o.GTID)
+		if err1 != nil || err2 != nil {
+			return incomparable()
+		}
+		return ps.Compare(os)
+	}
 	if p.File != "" && o.File != "" {
 		pi, err1 := BinlogFileIndex(p.File)
 		oi, err2 := BinlogFileIndex(o.File)
-		if err1 != nil || err2 != nil {
-			return 0, fmt.Errorf("compare positions %s and %s: %w", p, o, ErrIncomparable)
+		if err1 != nil || err2 != nil || binlogBase(p.File) != binlogBase(o.File) {
+			return incomparable()
 		}
-		switch {
-		case pi != oi:
+		if pi != oi {
 			return cmpU(pi, oi), nil
-		default:
-			return cmpU(p.Offset, o.Offset), nil
 		}
-	}
-	if p.GTID != "" || o.GTID != "" {
-		ps, err1 := ParseMariaDBGTIDSet(p.GTID)
-		os, err2 := ParseMariaDBGTIDSet(o.GTID)
-		if err1 != nil || err2 != nil {
-			if p.GTID == o.GTID {
-				return 0, nil
-			}
-			return 0, fmt.Errorf("compare positions %s and %s: %w", p, o, ErrIncomparable)
-		}
-		return ps.Compare(os)
+		return cmpU(p.Offset, o.Offset), nil
 	}
 	if p.IsZero() && o.IsZero() {
 		return 0, nil
 	}
-	return 0, fmt.Errorf("compare positions %s and %s: %w", p, o, ErrIncomparable)
+	if p.IsZero() != o.IsZero() && (p.GTID == "" && o.GTID == "" || isMariaDBGTID(p.GTID+o.GTID)) {
+		// The zero position (the start of the binlog, an empty MariaDB
+		// GTID state) is before any other.
+		if p.IsZero() {
+			return -1, nil
+		}
+		return 1, nil
+	}
+	return incomparable()
+}
+
+func isMariaDBGTID(s string) bool {
+	_, err := ParseMariaDBGTIDSet(s)
+	return err == nil
+}
+
+// binlogBase is a binlog file name without its numeric suffix.
+func binlogBase(file string) string {
+	if i := strings.LastIndexByte(file, '.'); i >= 0 {
+		return file[:i]
+	}
+	return file
 }
 
 func cmpU(a, b uint64) int {

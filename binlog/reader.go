@@ -48,6 +48,19 @@ func NewReader(cfg Config) (*Reader, error) {
 	return &Reader{t: t, tables: map[tidemark.TableID]*readTable{}}, nil
 }
 
+// NewReaderFor returns a Reader with its own connection that stamps what it
+// captures with the epoch and source identity t resolved (see
+// Tailer.Resolve): a catch-up after a reset binlog or a changed server then
+// writes versions that win over everything written before.
+func NewReaderFor(t *Tailer) (*Reader, error) {
+	r, err := NewReader(t.cfg)
+	if err != nil {
+		return nil, err
+	}
+	r.t.lin = t.lin
+	return r, nil
+}
+
 // Close closes the reader's connection.
 func (r *Reader) Close() error { return r.t.Close() }
 
@@ -103,7 +116,15 @@ func (r *Reader) Capture(ctx context.Context) (tidemark.Snapshot, error) {
 	if err != nil {
 		return s, fmt.Errorf("capture position of %s: %w", r.t.cfg.Name, err)
 	}
-	s.Position = tidemark.Position{File: file, Offset: pos, GTID: gtid}
+	st, err := r.t.readServer(ctx)
+	if err != nil {
+		return s, fmt.Errorf("capture position of %s: %w", r.t.cfg.Name, err)
+	}
+	epoch, changed := r.t.lin.epochFor(st.id)
+	if changed {
+		r.t.cfg.Logger.Warn("source identity changed since the last position: the catch-up's rows are in a new epoch", "source", r.t.cfg.Name, "server", st.id.String(), "epoch", epoch)
+	}
+	s.Position = tidemark.Position{File: file, Offset: pos, GTID: gtid, Epoch: epoch, Source: st.id}
 	if t, _, err := parseCivil(now); err == nil {
 		s.ServerTime = t
 	}
@@ -125,6 +146,9 @@ func (r *Reader) Capture(ctx context.Context) (tidemark.Snapshot, error) {
 			return s, fmt.Errorf("capture position of %s: %w", r.t.cfg.Name, err)
 		}
 		s.Version = tidemark.Version{Seq: idx<<40 | pos}
+	}
+	if s.Version.Seq, err = tidemark.EpochSeq(epoch, s.Version.Seq); err != nil {
+		return s, fmt.Errorf("capture position of %s: %w", r.t.cfg.Name, err)
 	}
 	return s, nil
 }

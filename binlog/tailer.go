@@ -32,6 +32,14 @@ type Tailer struct {
 
 	metaMu   sync.Mutex
 	metaConn *client.Conn
+
+	// lin is the epoch and identity positions are made in (shared with a
+	// Reader made by NewReaderFor).
+	lin *lineage
+	// epoch is the epoch of the versions being made (streaming goroutine
+	// only), seqErr the first version that did not fit.
+	epoch  uint32
+	seqErr error
 }
 
 var _ tidemark.Source = (*Tailer)(nil)
@@ -46,6 +54,7 @@ func New(cfg Config) (*Tailer, error) {
 		rl:       &tidemark.RateLimitedLogger{Logger: cfg.Logger, Interval: 10 * time.Second},
 		tables:   map[string]*tableInfo{},
 		jsonCols: map[tidemark.TableID]map[string]bool{},
+		lin:      &lineage{},
 	}, nil
 }
 
@@ -307,6 +316,28 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 	})
 	defer syncer.Close()
 
+	// Who is the server now? Compared with the position's identity on
+	// every connect: a reconnect may reach another server (a failover
+	// behind the same address).
+	st, err := t.readServer(ctx)
+	if err != nil {
+		return false, err
+	}
+	if err := t.checkDomains(st); err != nil {
+		return false, err
+	}
+	res, err := t.resolve(*pos, st)
+	if err != nil {
+		return false, err
+	}
+	if len(res.Changed) > 0 || res.Note != "" {
+		t.cfg.Logger.Warn("source identity: "+orNone(strings.Join(res.Changed, ", ")), "source", t.cfg.Name,
+			"checkpoint", pos.String(), "resume", res.Start.String(), "note", res.Note)
+	}
+	*pos = res.Start
+	t.epoch, t.seqErr = pos.Epoch, nil
+	ident := pos.Source
+
 	var gset tidemark.MariaDBGTIDSet
 	var streamer *replication.BinlogStreamer
 	file := pos.File
@@ -373,7 +404,7 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 		if tx.hasGTID && gset != nil {
 			gset[tx.gtid.Domain] = tx.gtid
 		}
-		np := tidemark.Position{File: file, Offset: uint64(h.LogPos)}
+		np := tidemark.Position{File: file, Offset: uint64(h.LogPos), Epoch: t.epoch, Source: ident}
 		if gset != nil {
 			np.GTID = gset.String()
 		}
@@ -400,6 +431,9 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 			}
 			return progressed, t.classify(watch.explain(err), *pos)
 		}
+		if t.seqErr != nil {
+			return progressed, fmt.Errorf("stream binlog of %s at %s: %w", t.cfg.Name, file, t.seqErr)
+		}
 		h := ev.Header
 		switch e := ev.Event.(type) {
 		case *replication.RotateEvent:
@@ -408,7 +442,7 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 			if t.cfg.Version == VersionGTID && gset != nil {
 				for d := range gset {
 					if d != e.GTID.DomainID {
-						return progressed, fmt.Errorf("stream binlog of %s: GTID domains %d and %d both seen: version: gtid needs one domain; set version: filepos", t.cfg.Name, d, e.GTID.DomainID)
+						return progressed, fmt.Errorf("stream binlog of %s: GTID domains %d and %d both seen: version: gtid orders one domain's sequence numbers; set source.version: filepos: %w", t.cfg.Name, d, e.GTID.DomainID, tidemark.ErrSourceConfig)
 					}
 				}
 			}
@@ -472,17 +506,25 @@ func (t *Tailer) addDDL(tx *txState, db, query string, h *replication.EventHeade
 	tx.ddl = append(tx.ddl, evs...)
 }
 
-// seqOf returns the Version.Seq of a transaction starting with header h.
+// seqOf returns the Version.Seq of a transaction starting with header h:
+// the current epoch (tidemark.EpochShift) over the GTID sequence number or
+// fileIndex<<40 | offset. A value that does not fit is recorded in
+// t.seqErr, which stops the stream before the next event.
 func (t *Tailer) seqOf(gtidSeq uint64, file string, h *replication.EventHeader) uint64 {
-	if t.cfg.Version == VersionGTID {
-		return gtidSeq
+	base := gtidSeq
+	if t.cfg.Version != VersionGTID {
+		idx, err := tidemark.BinlogFileIndex(file)
+		if err != nil {
+			idx = 0
+		}
+		start := uint64(h.LogPos) - uint64(h.EventSize)
+		base = idx<<40 | start
 	}
-	idx, err := tidemark.BinlogFileIndex(file)
-	if err != nil {
-		idx = 0
+	seq, err := tidemark.EpochSeq(t.epoch, base)
+	if err != nil && t.seqErr == nil {
+		t.seqErr = err
 	}
-	start := uint64(h.LogPos) - uint64(h.EventSize)
-	return idx<<40 | start
+	return seq
 }
 
 // addRows converts a rows event into changes appended to tx, calling flush
@@ -646,7 +688,7 @@ func isTransient(err error) bool {
 	if err == nil {
 		return false
 	}
-	for _, fatal := range []error{tidemark.ErrPositionPurged, tidemark.ErrPositionAhead, tidemark.ErrSourceConfig, tidemark.ErrZeroDate, tidemark.ErrAmbiguousTime, tidemark.ErrNonexistentTime, tidemark.ErrInvalidIdentifier} {
+	for _, fatal := range []error{tidemark.ErrPositionPurged, tidemark.ErrPositionAhead, tidemark.ErrSourceChanged, tidemark.ErrSourceConfig, tidemark.ErrZeroDate, tidemark.ErrAmbiguousTime, tidemark.ErrNonexistentTime, tidemark.ErrInvalidIdentifier} {
 		if errors.Is(err, fatal) {
 			return false
 		}

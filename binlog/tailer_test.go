@@ -255,13 +255,21 @@ func TestTailerPositionErrors(t *testing.T) {
 	defer cancel()
 	tl := newTailer(t, addr, user, pass, db, "UTC")
 	err = tl.Stream(ctx, tidemark.Position{GTID: ahead.String()}, make(chan tidemark.Chunk, 1))
-	if !errors.Is(err, tidemark.ErrPositionAhead) {
-		t.Fatalf("ahead GTID: err = %v, want ErrPositionAhead", err)
+	if !errors.Is(err, tidemark.ErrPositionAhead) || !strings.Contains(err.Error(), "tidemark catchup") {
+		t.Fatalf("ahead GTID: err = %v, want ErrPositionAhead naming tidemark catchup", err)
 	}
+	// A file newer than the server's newest is not purged: the binlog was
+	// reset (falling back would stamp the catch-up with versions lower than
+	// the target's, and every row would be skipped).
 	tl = newTailer(t, addr, user, pass, db, "UTC")
 	err = tl.Stream(ctx, tidemark.Position{File: "mysql-bin.999999", Offset: 4}, make(chan tidemark.Chunk, 1))
+	if !errors.Is(err, tidemark.ErrPositionAhead) || !strings.Contains(err.Error(), "behind the checkpoint") {
+		t.Fatalf("file after the newest: err = %v, want ErrPositionAhead (behind the checkpoint)", err)
+	}
+	tl = newTailer(t, addr, user, pass, db, "UTC")
+	err = tl.Stream(ctx, tidemark.Position{File: "mysql-bin.000000", Offset: 4}, make(chan tidemark.Chunk, 1))
 	if !errors.Is(err, tidemark.ErrPositionPurged) {
-		t.Fatalf("unknown file: err = %v, want ErrPositionPurged", err)
+		t.Fatalf("file before the oldest: err = %v, want ErrPositionPurged", err)
 	}
 	if strings.Contains(err.Error(), pass) {
 		t.Fatal("password in error")

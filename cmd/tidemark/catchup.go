@@ -50,6 +50,26 @@ func cmdCatchup(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	var rep fallback.Report
 	if len(only) == 0 {
+		// The catch-up re-reads every table from the server the source
+		// reaches now: when that server is not the one the checkpoint was
+		// read from (a failover tidemark refused to follow, a reset
+		// binlog), its rows are written in the next epoch, so they win
+		// over everything written before.
+		stored, ok, err := d.target.Checkpoint(ctx, cfg.Source.Name)
+		if err != nil {
+			log.Error("read checkpoint failed", "err", err)
+			return exitFailed
+		}
+		if ok {
+			id, epoch, err := d.tailer.Accept(ctx, stored)
+			if err != nil {
+				log.Error("catch-up failed", "err", err)
+				return exitFailed
+			}
+			if epoch != stored.Epoch {
+				log.Warn("the source is not the server the checkpoint was read from: catching up in a new epoch", "checkpoint", stored.String(), "server", id.String(), "epoch", epoch)
+			}
+		}
 		// Every table that is streaming (quarantined ones wait for a
 		// resync), then the checkpoint.
 		if d.sink != nil {

@@ -222,7 +222,9 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 			sink.Close()
 		}
 	}
-	reader, err := binlog.NewReader(bc)
+	// The reader stamps what it captures with the epoch and identity the
+	// tailer resolved (a catch-up after a reset binlog or failover).
+	reader, err := binlog.NewReaderFor(tailer)
 	if err != nil {
 		closeSink()
 		return nil, err
@@ -260,6 +262,14 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 		}
 		// Table states, DDL and the source lock stay in PostgreSQL.
 		target = fanoutWithStates{Sink: target, DDLSink: sink, SourceLocker: sink, TableRegistry: sink}
+	}
+	// What a resync or catch-up reads is stamped with the checkpoint's
+	// epoch until the tailer has looked at the server itself.
+	if stored, ok, err := target.Checkpoint(ctx, bc.Name); err != nil {
+		target.Close()
+		return nil, fmt.Errorf("read checkpoint of %s: %w", bc.Name, err)
+	} else if ok {
+		tailer.Seed(stored)
 	}
 	catchTarget, ok := target.(fallback.Target)
 	if !ok {

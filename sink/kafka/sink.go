@@ -259,7 +259,14 @@ func (s *Sink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStat
 		return tidemark.ApplyStats{}, err
 	}
 	if !b.Checkpoint.IsZero() && !stored.pos.IsZero() {
-		if c, err := b.Checkpoint.Compare(stored.pos); err == nil && c <= 0 {
+		// Compared by epoch, then GTID (never by file number across a
+		// failover); positions that cannot be ordered stop the apply
+		// rather than guess which way to err.
+		c, err := b.Checkpoint.Compare(stored.pos)
+		if err != nil {
+			return tidemark.ApplyStats{}, fmt.Errorf("apply batch of %s: compare its checkpoint with the one stored in Kafka: %w", b.Source, err)
+		}
+		if c <= 0 {
 			if len(b.Changes) > 0 {
 				s.log.Info("skipping batch already published", "source", b.Source, "checkpoint", b.Checkpoint.String(), "stored", stored.pos.String(), "changes", len(b.Changes))
 			}

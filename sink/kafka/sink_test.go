@@ -387,3 +387,41 @@ func TestWatermarks(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchAfterFailoverIsPublished is finding 2 of issue 13: after a
+// MariaDB failover the new primary's binlog files are numbered from 1 while
+// its GTIDs go on. Ordered by file, every batch looked "already published"
+// and was dropped; ordered by GTID (and epoch) it is published.
+func TestBatchAfterFailoverIsPublished(t *testing.T) {
+	c := newCluster(t)
+	s := openSink(t, testConfig(t, c, true))
+	st := newStream("src", "shop", 4)
+	bs := st.batches(tidemark.Position{}, 2)
+	bs[0].Checkpoint = tidemark.Position{GTID: "0-1-2", File: "mysql-bin.000009", Offset: 5000}
+	apply(t, s, bs[0])
+	bs[1].Checkpoint = tidemark.Position{GTID: "0-2-4", File: "mysql-bin.000001", Offset: 900}
+	if got := apply(t, s, bs[1]); got.Skipped != 0 {
+		t.Fatalf("batch of the new primary skipped as already published: %+v", got)
+	}
+	if pos, _ := checkpointOf(t, s, "src"); pos != bs[1].Checkpoint {
+		t.Fatalf("checkpoint = %s, want %s", pos, bs[1].Checkpoint)
+	}
+	// A replay of the first batch is still recognised.
+	if got := apply(t, s, bs[0]); got.Skipped != len(bs[0].Changes) {
+		t.Fatalf("replayed batch not skipped: %+v", got)
+	}
+	// Two identities in one epoch cannot be ordered: an error, not a guess.
+	id := func(server string) tidemark.SourceIdentity {
+		return tidemark.SourceIdentity{Flavor: "mariadb", Server: server, Domain: "0", Scheme: "gtid", Basename: "mysql-bin"}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := &tidemark.Batch{Source: "x", Checkpoint: tidemark.Position{GTID: "0-1-5", Source: id("1")}}
+	if _, err := s.Apply(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	b = &tidemark.Batch{Source: "x", Checkpoint: tidemark.Position{GTID: "0-2-3", Source: id("2")}, Changes: bs[1].Changes}
+	if _, err := s.Apply(ctx, b); !errors.Is(err, tidemark.ErrIncomparable) {
+		t.Fatalf("incomparable checkpoint: err = %v, want ErrIncomparable", err)
+	}
+}

@@ -1,0 +1,340 @@
+package binlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+
+	"tidemark"
+)
+
+// serverState is what the tailer reads of the server on every connect: who
+// it is, and how far its binlog goes.
+type serverState struct {
+	id tidemark.SourceIdentity
+	// gtidPos is @@gtid_binlog_pos (MariaDB) or @@gtid_executed (MySQL).
+	gtidPos string
+	// strict and slaveUpdates are MariaDB's gtid_strict_mode and
+	// log_slave_updates.
+	strict, slaveUpdates bool
+	// gtidMode is MySQL's gtid_mode ("ON", "OFF", …).
+	gtidMode string
+	// lastFile is the newest binlog file.
+	lastFile string
+}
+
+// readServer reads the server's identity and binlog state.
+func (t *Tailer) readServer(ctx context.Context) (serverState, error) {
+	var st serverState
+	st.id = tidemark.SourceIdentity{Flavor: t.cfg.Flavor, Scheme: t.cfg.Version}
+	var base string
+	if t.cfg.Flavor == FlavorMariaDB {
+		r, err := t.query(ctx, "SELECT @@server_id, @@log_bin_basename, @@gtid_domain_id, @@gtid_strict_mode, @@log_slave_updates, @@gtid_binlog_pos")
+		if err != nil {
+			return st, fmt.Errorf("read identity of source %s: %w", t.cfg.Name, err)
+		}
+		sid, _ := r.GetUint(0, 0)
+		base, _ = r.GetString(0, 1)
+		dom, _ := r.GetUint(0, 2)
+		strict, _ := r.GetInt(0, 3)
+		slave, _ := r.GetInt(0, 4)
+		st.gtidPos, _ = r.GetString(0, 5)
+		st.id.Server = strconv.FormatUint(sid, 10)
+		st.id.Domain = strconv.FormatUint(dom, 10)
+		st.strict, st.slaveUpdates = strict == 1, slave == 1
+	} else {
+		r, err := t.query(ctx, "SELECT @@server_uuid, @@log_bin_basename, @@gtid_mode, @@gtid_executed")
+		if err != nil {
+			return st, fmt.Errorf("read identity of source %s: %w", t.cfg.Name, err)
+		}
+		st.id.Server, _ = r.GetString(0, 0)
+		st.id.Server = strings.ToLower(st.id.Server)
+		base, _ = r.GetString(0, 1)
+		st.gtidMode, _ = r.GetString(0, 2)
+		st.gtidPos, _ = r.GetString(0, 3)
+	}
+	st.id.Basename = path.Base(base)
+	if base == "" {
+		st.id.Basename = ""
+	}
+	r, err := t.query(ctx, "SHOW BINARY LOGS")
+	if err != nil {
+		return st, fmt.Errorf("list binary logs of %s: %w", t.cfg.Name, err)
+	}
+	if n := r.RowNumber(); n > 0 {
+		st.lastFile, _ = r.GetString(n-1, 0)
+	}
+	if st.id.Basename == "" && st.lastFile != "" {
+		st.id.Basename = binlogBase(st.lastFile)
+	}
+	if err := st.id.Validate(); err != nil {
+		return st, fmt.Errorf("read identity of source %s: %w: %w", t.cfg.Name, err, tidemark.ErrSourceConfig)
+	}
+	return st, nil
+}
+
+func binlogBase(file string) string {
+	if i := strings.LastIndexByte(file, '.'); i >= 0 {
+		return file[:i]
+	}
+	return file
+}
+
+// lineage is the epoch and identity the source's positions are made in
+// now. The Tailer sets it whenever it resolves a position against the
+// server; the Reader sharing it (NewReaderFor) stamps captured positions and
+// rows with it, so that a catch-up after a reset binlog or a changed server
+// writes versions of the new epoch.
+type lineage struct {
+	mu    sync.Mutex
+	known bool
+	epoch uint32
+	id    tidemark.SourceIdentity // zero: any server (a legacy checkpoint)
+}
+
+// Seed records the stored checkpoint as the lineage before anything has
+// connected, so that a Reader sharing it (a resync or partial catch-up run
+// while no daemon streams) stamps its rows with the checkpoint's epoch, or
+// the next one when the server is no longer the checkpoint's.
+func (t *Tailer) Seed(stored tidemark.Position) {
+	t.lin.set(stored.Epoch, stored.Source)
+}
+
+func (l *lineage) set(epoch uint32, id tidemark.SourceIdentity) {
+	l.mu.Lock()
+	l.known, l.epoch, l.id = true, epoch, id
+	l.mu.Unlock()
+}
+
+// epochFor returns the epoch positions read from server id belong to: the
+// lineage's when id is its identity, the next one when the server changed
+// since, 0 when nothing is known yet (a first start).
+func (l *lineage) epochFor(id tidemark.SourceIdentity) (uint32, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case !l.known:
+		return 0, false
+	case l.id == id || l.id.IsZero():
+		return l.epoch, false
+	}
+	return l.epoch + 1, true
+}
+
+// Resolution is how a stored position relates to the server the source's
+// address reaches now.
+type Resolution struct {
+	// Start is the position to stream from, stamped with the server's
+	// identity and the epoch its versions are made in.
+	Start tidemark.Position
+	// Changed lists what changed since the position was stored
+	// ("server 1001 → 1002"); empty when nothing did.
+	Changed []string
+	// Note explains, for people, what following the change means (the
+	// log line at the switch).
+	Note string
+}
+
+// Resolve compares a stored position with the server the source's address
+// reaches now, without streaming, and says how the tailer would go on: the
+// position and epoch it would start from, or an error wrapping
+// ErrSourceChanged (cannot be followed; also ErrPositionAhead when the
+// server's binlog is behind the checkpoint). It records the outcome
+// for the Reader sharing this tailer's lineage. `tidemark doctor` and
+// `tidemark catchup` use it; Stream does the same on every connect.
+func (t *Tailer) Resolve(ctx context.Context, stored tidemark.Position) (Resolution, error) {
+	st, err := t.readServer(ctx)
+	if err != nil {
+		return Resolution{}, err
+	}
+	return t.resolve(stored, st)
+}
+
+// Accept records that the operator accepts the current server as the
+// source's from the next epoch on (`tidemark catchup` after a change
+// Resolve refused: the catch-up re-reads the tables from this server, and
+// its rows win over everything written before).
+func (t *Tailer) Accept(ctx context.Context, stored tidemark.Position) (tidemark.SourceIdentity, uint32, error) {
+	st, err := t.readServer(ctx)
+	if err != nil {
+		return tidemark.SourceIdentity{}, 0, err
+	}
+	epoch := stored.Epoch
+	if !stored.Source.IsZero() && stored.Source != st.id {
+		epoch++
+	} else if _, err := t.resolve(stored, st); err != nil {
+		epoch++
+	}
+	if epoch > tidemark.MaxEpoch {
+		return st.id, 0, fmt.Errorf("accept source %s: epoch %d is above %d: re-seed the target", t.cfg.Name, epoch, tidemark.MaxEpoch)
+	}
+	t.lin.set(epoch, st.id)
+	return st.id, epoch, nil
+}
+
+// resolve is Resolve on a server state already read. The rules, one
+// sentence each (docs/FAILOVER.md):
+//
+//  1. Same identity, binlog not behind the position: resume, same epoch.
+//  2. Same identity, binlog behind the position (RESET MASTER, a restored
+//     backup): ErrPositionAhead and ErrSourceChanged, naming `tidemark
+//     catchup`, which re-reads the tables in the next epoch (Accept): the
+//     changes between the position and the reset are in no binlog, and a
+//     restored backup looks the same, so nothing is followed blindly.
+//  3. Only the version scheme changed: resume at the same position in the
+//     next epoch, so the new scheme's versions win over the old ones.
+//  4. Another MariaDB server (or domain, or binlog name) that has the
+//     position's GTIDs in its binlog, with gtid_strict_mode: resume by GTID
+//     in the next epoch (the log says what the old primary may have had).
+//  5. Anything else (another flavor; another server without the
+//     position's GTIDs, or without GTIDs at all): ErrSourceChanged, naming
+//     what changed and what to do.
+//
+// A position without an identity (written before identities were stored)
+// is taken as this server's, with the checks of rule 1 and 2.
+func (t *Tailer) resolve(stored tidemark.Position, st serverState) (Resolution, error) {
+	res := Resolution{Start: stored}
+	res.Start.Source = st.id
+	prev := stored.Source
+	legacy := prev.IsZero()
+	if legacy {
+		prev = st.id
+	}
+	name := t.cfg.Name
+	res.Changed = prev.Changes(st.id)
+	next := stored.Epoch + 1
+	if next > tidemark.MaxEpoch {
+		next = tidemark.MaxEpoch // refused below when it is needed
+	}
+	refuse := func(what, todo string) (Resolution, error) {
+		return res, fmt.Errorf("resume source %s: %s (%s); checkpoint %s: %s: %w",
+			name, what, strings.Join(res.Changed, ", "), stored, todo, tidemark.ErrSourceChanged)
+	}
+	catchUpTodo := fmt.Sprintf("stop tidemark and run `tidemark catchup --config …` to re-read every table from the server %s reaches now (its rows then win over everything written before; run `tidemark verify` afterwards: rows only the old server had are listed as target-only)", name)
+	if stored.IsZero() {
+		// A first start: nothing to compare.
+		t.lin.set(stored.Epoch, st.id)
+		return res, nil
+	}
+	if stored.Epoch >= tidemark.MaxEpoch && len(res.Changed) > 0 {
+		return refuse("the version epoch is exhausted", "re-seed the target")
+	}
+	if prev.Flavor != st.id.Flavor {
+		return refuse("the source is another kind of server", "set source.flavor to what the server is, or re-seed the target for the new server")
+	}
+	sameServer := prev.Server == st.id.Server && prev.Domain == st.id.Domain && prev.Basename == st.id.Basename
+	behind, why := t.behind(stored, st)
+	switch {
+	case sameServer && !behind:
+		if prev.Scheme != st.id.Scheme {
+			// Rule 3.
+			res.Start.Epoch = next
+			res.Note = fmt.Sprintf("version scheme changed from %s to %s: versions from here on are in epoch %d and win over every row written before", prev.Scheme, st.id.Scheme, next)
+		} else {
+			// Rule 1.
+			res.Start.Epoch = stored.Epoch
+			if legacy {
+				res.Note = "the checkpoint has no source identity (written by an earlier release): taking it as this server's"
+			}
+		}
+		t.lin.set(res.Start.Epoch, st.id)
+		return res, nil
+	case sameServer:
+		// Rule 2.
+		if len(res.Changed) == 0 {
+			res.Changed = []string{"binlog behind the checkpoint"}
+		}
+		return res, fmt.Errorf("resume source %s: the server's binlog is behind the checkpoint %s (%s): RESET MASTER, a restored backup, or another server with the same server_id; the changes between the checkpoint and that point are in no binlog, and following blindly would skip or double them: %s: %w: %w",
+			name, stored, why, catchUpTodo, tidemark.ErrPositionAhead, tidemark.ErrSourceChanged)
+	}
+	// Another server, domain or binlog.
+	if t.cfg.Flavor != FlavorMariaDB || stored.GTID == "" {
+		return refuse("the source's address reaches another server, and the checkpoint's file/offset mean nothing on it",
+			catchUpTodo)
+	}
+	if !st.strict {
+		return refuse("the source's address reaches another server, which runs without gtid_strict_mode (its GTIDs cannot be trusted to follow the old server's)",
+			"set gtid_strict_mode=ON on it, or "+catchUpTodo)
+	}
+	if behind {
+		return refuse(fmt.Sprintf("the new server lacks transactions tidemark already applied (%s): it lagged behind the old primary, and the target holds changes the new primary does not have", why),
+			catchUpTodo)
+	}
+	// Rule 4: resume by GTID; the old server's file/offset are dropped.
+	res.Start = tidemark.Position{GTID: stored.GTID, Epoch: next, Source: st.id}
+	res.Note = fmt.Sprintf("following a changed source by GTID %s in epoch %d: changes from here on win over every row written before. The old primary may have committed transactions after that GTID that never reached the new one: tidemark never applied them (but for the first part of a transaction split across batches), and they are not in the new primary; `tidemark verify` lists any such row as target-only", stored.GTID, next)
+	t.lin.set(next, st.id)
+	return res, nil
+}
+
+// behind reports whether the server's binlog ends before the stored
+// position: a GTID domain whose sequence is lower than the position's, or
+// (without GTIDs) a newest binlog file older than the position's.
+func (t *Tailer) behind(stored tidemark.Position, st serverState) (bool, string) {
+	if t.cfg.Flavor == FlavorMariaDB && stored.GTID != "" {
+		want, err1 := tidemark.ParseMariaDBGTIDSet(stored.GTID)
+		have, err2 := tidemark.ParseMariaDBGTIDSet(st.gtidPos)
+		if err1 == nil && err2 == nil {
+			for d, g := range want {
+				h, ok := have[d]
+				if !ok || h.Seq < g.Seq {
+					return true, fmt.Sprintf("GTID %s, the server's binlog has %s", g, orNone(st.gtidPos))
+				}
+			}
+			return false, ""
+		}
+	}
+	if t.cfg.Flavor == FlavorMySQL && stored.GTID != "" {
+		want, err1 := tidemark.ParseMySQLGTIDSet(stored.GTID)
+		have, err2 := tidemark.ParseMySQLGTIDSet(st.gtidPos)
+		if err1 == nil && err2 == nil {
+			if !have.ContainsSet(want) {
+				return true, fmt.Sprintf("GTID set %s, the server has executed %s", stored.GTID, orNone(st.gtidPos))
+			}
+			return false, ""
+		}
+	}
+	if stored.File != "" && st.lastFile != "" && binlogBase(stored.File) == binlogBase(st.lastFile) {
+		si, err1 := tidemark.BinlogFileIndex(stored.File)
+		li, err2 := tidemark.BinlogFileIndex(st.lastFile)
+		if err1 == nil && err2 == nil && li < si {
+			return true, fmt.Sprintf("file %s, the server's newest binlog is %s", stored.File, st.lastFile)
+		}
+	}
+	return false, ""
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// isSourceChange reports whether err is a refused identity change.
+func isSourceChange(err error) bool { return errors.Is(err, tidemark.ErrSourceChanged) }
+
+// checkDomains refuses, at start, a MariaDB server whose GTID state has
+// several replication domains when versions are GTID sequence numbers:
+// sequences of different domains do not order against each other, and a
+// stream that meets a second domain can only stop (and would stop again on
+// every restart). version: filepos orders by this server's binlog instead
+// and still resumes by GTID, per domain.
+func (t *Tailer) checkDomains(st serverState) error {
+	if t.cfg.Flavor != FlavorMariaDB || t.cfg.Version != VersionGTID {
+		return nil
+	}
+	set, err := tidemark.ParseMariaDBGTIDSet(st.gtidPos)
+	if err != nil {
+		return fmt.Errorf("check source %s: read @@gtid_binlog_pos %q: %w", t.cfg.Name, st.gtidPos, err)
+	}
+	if len(set) > 1 {
+		return fmt.Errorf("check source %s: its binlog has %d GTID domains (%s) and version: gtid orders the sequence numbers of one domain only: set source.version: filepos (versions by binlog position, resume by GTID per domain), or remove unused domains with FLUSH BINARY LOGS DELETE_DOMAIN_ID: %w",
+			t.cfg.Name, len(set), set, tidemark.ErrSourceConfig)
+	}
+	return nil
+}
