@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -125,5 +126,81 @@ func TestMissingWatermarkColumnQuarantines(t *testing.T) {
 	d = f.startDaemon(t, cfg)
 	f.waitRunningCaughtUp(t, db, d)
 	f.compareTable(t, db, "t2")
+	f.stopOK(t, d)
+}
+
+// TestManualCatchupBesideDaemon: `tidemark catchup` while the daemon
+// streams the same source. The catch-up reads row K, the application
+// deletes K, the daemon applies the delete, and the catch-up then writes K
+// back, stamped with its older captured version: nothing in the target is
+// left for it to lose to, and K stays for good. The catch-up must refuse to
+// run beside a daemon (and say what to do instead); the target must still
+// equal the source.
+func TestManualCatchupBesideDaemon(t *testing.T) {
+	f := newFixture(t)
+	db := randName("it_mcu_")
+	f.dropLater(t, db, db)
+	f.forgetStates(t, db)
+	f.exec(t, "CREATE DATABASE "+db, "USE "+db,
+		"CREATE TABLE t (id INT PRIMARY KEY, v INT, pad VARCHAR(200), updated_at DATETIME(6), KEY (updated_at))",
+		"INSERT INTO t SELECT seq, seq, REPEAT('x', 200), NOW(6) FROM seq_1_to_30000")
+	cfg := f.configYAMLWith(t, db, db, db, "UTC", tidemark.Position{}, fmt.Sprintf(`fallback:
+  chunk_rows: 5000
+  lookback: 1h
+  tables:
+    %[1]s.t: {column: updated_at}
+`, db))
+	d := f.startDaemon(t, cfg)
+	defer cleanupDaemon(&d)
+	f.waitRunningCaughtUp(t, db, d)
+
+	// Deletes of random rows while the catch-up runs.
+	del, err := f.env.MySQL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer del.Close()
+	stop := make(chan struct{})
+	deleted := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { deleted <- n }()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := del.Execute(fmt.Sprintf("DELETE FROM %s.t WHERE id = %d", db, 1+(i*7919)%30000)); err != nil {
+				return
+			}
+			n++
+		}
+	}()
+	var outs []string
+	var codes []int
+	for i := 0; i < 3; i++ {
+		cmd := exec.Command(binPath, "catchup", "--config", cfg, "--table", db+".t")
+		cmd.Env = append(cmd.Environ(), "TM_IT_MYSQL_PASSWORD="+f.env.MySQLPassword, "TM_IT_PG_DSN="+f.env.PGDSN)
+		out, _ := cmd.CombinedOutput()
+		outs = append(outs, string(out))
+		codes = append(codes, cmd.ProcessState.ExitCode())
+	}
+	close(stop)
+	n := <-deleted
+	f.waitRunningCaughtUp(t, db, d)
+	diff, err := harness.Compare(f.ctx, f.my, f.pg, harness.TableSpec{Database: db, Table: "t", SourceZone: "UTC"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d rows deleted during 3 catch-ups; exit codes %v; target: %s", n, codes, diff)
+	if !diff.Equal() {
+		t.Errorf("deleted rows came back: %s\n%s", diff, strings.Join(diff.Examples, "\n"))
+	}
+	for i, out := range outs {
+		if codes[i] != 1 || !strings.Contains(out, "a tidemark daemon is streaming source "+db) || !strings.Contains(out, "tidemark resync --table") {
+			t.Fatalf("catch-up beside a streaming daemon: exit %d, want 1 and a refusal naming the source:\n%s", codes[i], out)
+		}
+	}
 	f.stopOK(t, d)
 }

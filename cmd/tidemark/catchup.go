@@ -19,13 +19,24 @@ func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 // cmdCatchup runs the fallback catch-up by hand. Without --table it catches
-// every table up and moves the checkpoint to the captured position (run it
-// only while the daemon is stopped); with --table it catches those tables up
-// and leaves the checkpoint alone.
+// every table up and moves the checkpoint to the captured position; with
+// --table it catches those tables up and leaves the checkpoint alone.
+//
+// It runs only while no daemon streams the source, and holds the source's
+// lock meanwhile (a daemon that starts waits for it). Beside a streaming
+// daemon it could bring a deleted row back for good: the catch-up reads row
+// K, the application deletes K, the daemon applies the delete, and the
+// catch-up then writes K, stamped with its older captured version, with
+// nothing left in the target for it to lose to. A table that needs a repair
+// while the daemon runs is resynced (`tidemark resync`: the daemon carries
+// it out between two batches, with a version floor). With Kafka alone there
+// is no lock to check: --no-daemon states that no daemon runs.
 func cmdCatchup(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var tables stringList
+	var noDaemon bool
 	cfg, fs, err := loadConfigFlagWith("catchup", args, stderr, func(fs *flagSet) {
 		fs.Var(&tables, "table", "db.table to catch up (repeatable); default all, moving the checkpoint")
+		fs.BoolVar(&noDaemon, "no-daemon", false, "with Kafka alone (no PostgreSQL lock to check): state that no daemon streams the source")
 	})
 	if err != nil {
 		fmt.Fprintln(stderr, "tidemark:", err)
@@ -47,6 +58,23 @@ func cmdCatchup(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return exitUsage
 		}
 		only = append(only, tidemark.TableID{Database: db, Name: name})
+	}
+	source := cfg.Source.Name
+	if d.sink != nil {
+		release, free, err := d.sink.TryLockSource(ctx, source)
+		if err != nil {
+			log.Error("catch-up failed", "err", err)
+			return exitFailed
+		}
+		if !free {
+			fmt.Fprintf(stderr, "tidemark catchup: a tidemark daemon is streaming source %s: a catch-up beside it could bring back rows it deletes. Stop the daemon first, or resync the table while it runs (tidemark resync --table db.t): the daemon carries that out safely\n", source)
+			return exitFailed
+		}
+		// Held for the whole catch-up: a daemon starting meanwhile waits.
+		defer release()
+	} else if !noDaemon {
+		fmt.Fprintf(stderr, "tidemark catchup: with Kafka alone tidemark cannot check that no daemon streams source %s, and a catch-up beside one could bring back rows it deletes: stop the daemon, then run again with --no-daemon\n", source)
+		return exitUsage
 	}
 	var rep fallback.Report
 	if len(only) == 0 {
@@ -73,7 +101,7 @@ func cmdCatchup(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		// Every table that is streaming (quarantined ones wait for a
 		// resync), then the checkpoint.
 		if d.sink != nil {
-			rep, err = catchUpStreaming(ctx, d.catchUp, d.reader, d.sink, d.target, cfg.Source.Name, log)
+			rep, err = catchUpStreaming(ctx, d.catchUp, d.reader, d.sink, d.target, source, log)
 		} else {
 			rep, err = d.catchUp.RunReport(ctx, nil) // Kafka alone: no table states
 		}
