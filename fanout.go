@@ -39,6 +39,7 @@ type Fanout struct {
 var (
 	_ Sink           = (*Fanout)(nil)
 	_ WatermarkStore = (*Fanout)(nil)
+	_ Activator      = (*Fanout)(nil)
 )
 
 // NewFanout returns a Fanout over targets, applied in the given order. Names
@@ -146,6 +147,18 @@ func (f *Fanout) Watermark(ctx context.Context, source string, table TableID) (t
 		}
 	}
 	return oldest, true, nil
+}
+
+// Activate activates, in order, every target that is an Activator.
+func (f *Fanout) Activate(ctx context.Context) error {
+	for _, t := range f.targets {
+		if a, ok := t.Sink.(Activator); ok {
+			if err := a.Activate(ctx); err != nil {
+				return fmt.Errorf("activate %s: %w", t.Name, err)
+			}
+		}
+	}
+	return nil
 }
 
 // Close closes every sink and returns their errors joined.

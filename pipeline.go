@@ -159,7 +159,10 @@ func (p *Pipeline) Totals() (ApplyStats, Position) {
 // committed is recorded in the checkpoint.
 //
 // When the sink is a SourceLocker, Run first takes the source's lock,
-// waiting while another process holds it.
+// waiting while another process holds it (a standby daemon waits here and
+// takes over when the active one's session ends). Then, when the sink is an
+// Activator, it activates it (fencing an older writer) before reading the
+// checkpoint.
 func (p *Pipeline) Run(ctx context.Context, from Position) error {
 	if l, ok := p.sink.(SourceLocker); ok {
 		release, err := p.lockSource(ctx, l)
@@ -167,6 +170,11 @@ func (p *Pipeline) Run(ctx context.Context, from Position) error {
 			return err
 		}
 		defer release()
+	}
+	if a, ok := p.sink.(Activator); ok {
+		if err := a.Activate(ctx); err != nil {
+			return fmt.Errorf("activate sink of %s: %w", p.cfg.Source, err)
+		}
 	}
 	pos, ok, err := p.sink.Checkpoint(ctx, p.cfg.Source)
 	if err != nil {

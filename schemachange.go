@@ -228,6 +228,22 @@ type SourceLocker interface {
 	TryLockSource(ctx context.Context, source string) (release func(), ok bool, err error)
 }
 
+// Activator is implemented by sinks whose writing needs a takeover step
+// that disturbs any other instance writing for the same source: the Kafka
+// sink's transactional producer, whose initialization fences every older
+// producer with the same transactional id and finishes the transaction it
+// left open. Such a sink does nothing of the kind until Activate (or its
+// first Apply), so that commands that only read (checkpoint, status, a
+// resync request) and a standby daemon waiting for the source's lock never
+// disturb the active daemon. Pipeline.Run activates its sink once it holds
+// the source's lock and before it reads the checkpoint.
+type Activator interface {
+	// Activate takes over writing for the sink's sources. It is
+	// idempotent; a sink that was fenced by a newer instance returns the
+	// fencing error.
+	Activate(ctx context.Context) error
+}
+
 // SnapshotFunc snapshots some tables of a source without moving the
 // checkpoint and returns the version the rows were stamped with: every
 // change of those tables older than it is in the snapshot. The daemon wires

@@ -365,6 +365,15 @@ type fanoutWithStates struct {
 	tidemark.TableRegistry
 }
 
+// Activate implements tidemark.Activator: it activates the fan-out (the
+// Kafka sink's transactional producer), once the pipeline holds the lock.
+func (f fanoutWithStates) Activate(ctx context.Context) error {
+	if a, ok := f.Sink.(tidemark.Activator); ok {
+		return a.Activate(ctx)
+	}
+	return nil
+}
+
 // Watermark implements tidemark.WatermarkStore: the oldest of the sinks'.
 func (f fanoutWithStates) Watermark(ctx context.Context, source string, table tidemark.TableID) (time.Time, bool, error) {
 	ws, ok := f.Sink.(tidemark.WatermarkStore)

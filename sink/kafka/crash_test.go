@@ -206,8 +206,10 @@ func TestKillAndRestartAtLeastOnce(t *testing.T) {
 	}
 }
 
-// TestFencing starts a second instance with the same transactional id: the
-// first is fenced with a clear error, the second carries on, and nothing is
+// TestFencing starts a second instance with the same transactional id: an
+// instance that only opens and reads the checkpoint (an admin command, a
+// standby waiting for the source's lock) leaves the first alone; one that
+// activates fences the first with a clear error, carries on, and nothing is
 // lost or doubled.
 func TestFencing(t *testing.T) {
 	c := newCluster(t)
@@ -219,7 +221,19 @@ func TestFencing(t *testing.T) {
 	apply(t, a, bs[0])
 	apply(t, a, bs[1])
 
-	b := openSink(t, cfg) // fences a
+	r := openSink(t, cfg) // reads only
+	if pos, _ := checkpointOf(t, r, "src"); pos != bs[1].Checkpoint {
+		t.Fatalf("reading instance sees checkpoint %s, want %s", pos, bs[1].Checkpoint)
+	}
+	if _, err := a.Apply(context.Background(), bs[2]); err != nil {
+		t.Fatalf("first instance after another one opened and read the checkpoint: %v", err)
+	}
+	bs = bs[1:]
+
+	b := openSink(t, cfg)
+	if err := b.Activate(context.Background()); err != nil { // fences a
+		t.Fatal(err)
+	}
 	_, err := a.Apply(context.Background(), bs[2])
 	if !errors.Is(err, ErrFenced) {
 		t.Fatalf("first instance after the second started: err = %v, want ErrFenced", err)
@@ -258,6 +272,9 @@ func TestFencedMidTransaction(t *testing.T) {
 	a.hookBeforeCommit = func() error {
 		if b == nil {
 			b = openSink(t, cfg) // starts while a's transaction is open
+			if err := b.Activate(context.Background()); err != nil {
+				return err
+			}
 		}
 		return nil
 	}

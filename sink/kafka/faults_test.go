@@ -187,8 +187,8 @@ func (h msgCounter) Handle(_ context.Context, r slog.Record) error {
 func (h msgCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h msgCounter) WithGroup(string) slog.Handler      { return h }
 
-// TestOpenAndCheckpointThroughFaults opens a second instance and reads the
-// checkpoint while the broker fails producer-id, offset, fetch and
+// TestOpenAndCheckpointThroughFaults opens and activates a second instance
+// and reads the checkpoint while the broker fails producer-id, offset, fetch and
 // topic-creation requests a few times each.
 func TestOpenAndCheckpointThroughFaults(t *testing.T) {
 	c := newCluster(t)
@@ -205,6 +205,9 @@ func TestOpenAndCheckpointThroughFaults(t *testing.T) {
 		kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Err: kerr.NotLeaderForPartition, Count: 2},
 	)
 	b := openSink(t, cfg)
+	if err := b.Activate(context.Background()); err != nil { // as Pipeline.Run does
+		t.Fatal(err)
+	}
 	if pos, ok := checkpointOf(t, b, "src"); !ok || pos != bs[0].Checkpoint {
 		t.Fatalf("checkpoint %s, %v; want %s", pos, ok, bs[0].Checkpoint)
 	}

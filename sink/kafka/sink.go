@@ -69,6 +69,7 @@ type Sink struct {
 	topicOwner map[string]topicKey
 	stored     map[string]sourceState // per source: what is known to be committed
 	txnOpen    bool                   // a transaction was begun and not ended
+	active     bool                   // the transactional id is initialized (Activate)
 	fenced     error                  // sticky: ErrFenced
 
 	// Test hooks (nil in production). hookBeforeCommit runs just before
@@ -85,13 +86,15 @@ type Sink struct {
 var (
 	_ tidemark.Sink           = (*Sink)(nil)
 	_ tidemark.WatermarkStore = (*Sink)(nil)
+	_ tidemark.Activator      = (*Sink)(nil)
 )
 
-// Open validates cfg, connects, creates the checkpoint topic if it is
-// missing, and with ExactlyOnce initializes the transactional producer:
-// that fences any older instance with the same transactional id and aborts
-// the transaction it left open. Transient errors are retried with cfg.Retry
-// until ctx is done.
+// Open validates cfg, connects and creates the checkpoint topic if it is
+// missing. It does not touch the transactional id: with ExactlyOnce the
+// producer is initialized by Activate or the first Apply, so that an
+// instance that only reads (Checkpoint, Watermark) never fences the one
+// that writes. Transient errors are retried with cfg.Retry until ctx is
+// done.
 func Open(ctx context.Context, cfg Config) (*Sink, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -154,15 +157,41 @@ func (s *Sink) init(ctx context.Context) error {
 			}
 		}
 	}
-	if s.cfg.ExactlyOnce {
-		err := tidemark.Retry(ctx, "initialize transactional producer", s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
-			_, _, err := s.cl.ProducerID(ctx)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("open kafka sink: %w", err)
-		}
+	return nil
+}
+
+// Activate takes over the transactional id (with ExactlyOnce; without it
+// there is nothing to take over): it initializes the producer, which fences
+// any older instance with the same id and makes the broker finish the
+// transaction that instance left open, then forgets what it knew of the
+// checkpoints so that they are read back after that. Idempotent; Apply
+// activates first when nobody did. Call it only in the instance that is to
+// write: the older instance's next produce or commit fails with ErrFenced.
+func (s *Sink) Activate(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.activate(ctx)
+}
+
+// activate is Activate; callers hold s.mu.
+func (s *Sink) activate(ctx context.Context) error {
+	if s.fenced != nil {
+		return s.fenced
 	}
+	if s.active || !s.cfg.ExactlyOnce {
+		return nil
+	}
+	err := tidemark.Retry(ctx, "initialize transactional producer", s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+		_, _, err := s.cl.ProducerID(ctx)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("activate kafka sink: %w", err)
+	}
+	s.active = true
+	// A checkpoint read before the initialization may predate the
+	// transaction the older instance was committing.
+	clear(s.stored)
 	return nil
 }
 
@@ -253,6 +282,9 @@ func (s *Sink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStat
 	}
 	if len(b.Changes) == 0 && b.Checkpoint.IsZero() && len(b.Watermarks) == 0 {
 		return tidemark.ApplyStats{}, nil
+	}
+	if err := s.activate(ctx); err != nil {
+		return tidemark.ApplyStats{}, err
 	}
 	stored, err := s.state(ctx, b.Source)
 	if err != nil {
