@@ -50,20 +50,6 @@ func cmdCatchup(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return exitFailed
 	}
 	defer d.Close()
-	if k := cfg.Target.Kafka; k != nil && k.ExactlyOnce && d.sink != nil {
-		// Writing to Kafka takes over the daemon's transactional id, which
-		// would fence a running daemon: hold the source's lock instead.
-		release, free, err := d.sink.TryLockSource(ctx, cfg.Source.Name)
-		if err != nil {
-			log.Error("catch-up failed", "err", err)
-			return exitFailed
-		}
-		if !free {
-			fmt.Fprintf(stderr, "tidemark catchup: a tidemark daemon is streaming source %s; catching up would take over its Kafka transactional id and fence it: stop the daemon first, or ask it with `tidemark resync --table db.table`\n", cfg.Source.Name)
-			return exitFailed
-		}
-		defer release()
-	}
 	var only []tidemark.TableID
 	for _, t := range tables {
 		db, name, ok := strings.Cut(t, ".")
