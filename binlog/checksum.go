@@ -69,11 +69,9 @@ func (v *Verifier) conn(ctx context.Context) (*client.Conn, error) {
 		return c, nil
 	}
 	v.mu.Unlock()
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	c, err := client.ConnectWithContext(dctx, v.cfg.Addr, v.cfg.User, v.cfg.Password, "", 10*time.Second)
+	c, err := connectSQL(ctx, &v.cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to source %s at %s: %w", v.cfg.Name, v.cfg.Addr, redact(err, v.cfg.Password))
+		return nil, err
 	}
 	for _, s := range []string{"SET time_zone = '+00:00'", "SET NAMES utf8mb4", "SET SESSION group_concat_max_len = 1048576"} {
 		if _, err := c.Execute(s); err != nil {
@@ -85,7 +83,8 @@ func (v *Verifier) conn(ctx context.Context) (*client.Conn, error) {
 }
 
 // exec runs one statement; a failed statement drops its connection. go-mysql
-// has no context support: ctx bounds only the connect.
+// has no context support: ctx bounds only the connect, QueryTimeout every
+// wait for an answer.
 func (v *Verifier) exec(ctx context.Context, q string, args ...any) (*mysql.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -97,7 +96,7 @@ func (v *Verifier) exec(ctx context.Context, q string, args ...any) (*mysql.Resu
 	r, err := c.Execute(q, args...)
 	if err != nil {
 		_ = c.Close()
-		return nil, redact(err, v.cfg.Password)
+		return nil, sqlErr(&v.cfg, err)
 	}
 	v.mu.Lock()
 	v.idle = append(v.idle, c)

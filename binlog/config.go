@@ -89,6 +89,13 @@ type Config struct {
 	// 5s); ReadTimeout (default 3×Heartbeat) detects a half-open
 	// connection.
 	Heartbeat, ReadTimeout time.Duration
+	// QueryTimeout bounds every wait on a source SQL connection (catch-up
+	// and snapshot reads, key diffs, verify, schema lookups while
+	// streaming): the handshake and each packet of a statement's answer.
+	// A half-open connection then fails the statement with a timeout
+	// instead of hanging it (default 5m; raise it if a statement can run
+	// longer than that before its first row).
+	QueryTimeout time.Duration
 	// Backoff shapes reconnects after transient errors (Attempts 0 =
 	// forever while progress is made; default 20 attempts without
 	// progress).
@@ -133,6 +140,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ReadTimeout <= 0 {
 		c.ReadTimeout = 3 * c.Heartbeat
+	}
+	if c.QueryTimeout <= 0 {
+		c.QueryTimeout = 5 * time.Minute
 	}
 	if c.Backoff.Attempts == 0 {
 		c.Backoff.Attempts = 20

@@ -130,11 +130,9 @@ func (t *Tailer) meta(ctx context.Context) (*client.Conn, error) {
 		_ = t.metaConn.Close()
 		t.metaConn = nil
 	}
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	c, err := client.ConnectWithContext(dctx, t.cfg.Addr, t.cfg.User, t.cfg.Password, "", 10*time.Second)
+	c, err := connectSQL(ctx, &t.cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to source %s at %s: %w", t.cfg.Name, t.cfg.Addr, redact(err, t.cfg.Password))
+		return nil, err
 	}
 	// TIMESTAMP values read over SQL are always read in UTC.
 	if _, err := c.Execute("SET time_zone = '+00:00'"); err != nil {
@@ -143,6 +141,32 @@ func (t *Tailer) meta(ctx context.Context) (*client.Conn, error) {
 	}
 	t.metaConn = c
 	return c, nil
+}
+
+// connectSQL opens a source SQL connection whose handshake and every read
+// and write wait at most cfg.QueryTimeout (go-mysql sets the socket
+// deadline before each packet): without it a half-open connection hangs a
+// catch-up read, a verify or a schema lookup forever.
+func connectSQL(ctx context.Context, cfg *Config) (*client.Conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := client.ConnectWithContext(dctx, cfg.Addr, cfg.User, cfg.Password, "", 10*time.Second, func(c *client.Conn) error {
+		c.ReadTimeout, c.WriteTimeout = cfg.QueryTimeout, cfg.QueryTimeout
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to source %s at %s: %w", cfg.Name, cfg.Addr, sqlErr(cfg, err))
+	}
+	return c, nil
+}
+
+// sqlErr redacts a source SQL error and says what a timeout means.
+func sqlErr(cfg *Config, err error) error {
+	err = redact(err, cfg.Password)
+	if err != nil && strings.Contains(err.Error(), "i/o timeout") {
+		return fmt.Errorf("no answer from source %s at %s within query_timeout %s (a half-open connection?): %w", cfg.Name, cfg.Addr, cfg.QueryTimeout, err)
+	}
+	return err
 }
 
 func (t *Tailer) query(ctx context.Context, q string, args ...any) (*mysql.Result, error) {
@@ -158,7 +182,7 @@ func (t *Tailer) query(ctx context.Context, q string, args ...any) (*mysql.Resul
 			t.metaConn = nil
 		}
 		t.metaMu.Unlock()
-		return nil, err
+		return nil, sqlErr(&t.cfg, err)
 	}
 	return r, nil
 }

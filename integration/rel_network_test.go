@@ -2,6 +2,8 @@ package integration
 
 import (
 	"net/url"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -222,4 +224,101 @@ func TestF8PostgresHalfOpen(t *testing.T) {
 	logs, mism := r.finish(t)
 	report(t, "F8-pg-half-open", figures{"detect_ms": ms(detect), "detected": detected, "recovery_ms": ms(took), "mismatches": mism,
 		"sink_retry_lines": countLines(logs, "retrying after transient error")})
+}
+
+// TestF8SourceSQLHalfOpen: the source's SQL connections (not the binlog
+// stream) go half-open in the middle of their work: every answer is slowed
+// down by 100 ms (so the run is still going), then the proxy in front of
+// MariaDB swallows every byte both ways and keeps the connections open. A
+// catch-up (`tidemark catchup`), a verify (`tidemark verify`) and the
+// daemon's first snapshot each wait on such a connection for an answer
+// that never comes; with query_timeout 2s each must fail with an error
+// naming the timeout (the daemon retries, logging it) instead of hanging,
+// and the daemon must catch up once the network heals. The daemon's schema
+// lookups while streaming use the same connection and bound.
+//
+// Was a bug: go-mysql's SQL client sets no read deadline unless asked, and
+// the server waits for the rest of a command for wait_timeout (8 h), so
+// each of them waited, silently, for hours.
+func TestF8SourceSQLHalfOpen(t *testing.T) {
+	f := newFixture(t)
+	myP, err := harness.NewFaultProxy("mariadb-sql", f.env.MySQLAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(myP.Close)
+	db := randName("it_f8sql_")
+	f.dropLater(t, db, db)
+	if err := harness.Exec(f.my, "CREATE DATABASE "+db, "USE "+db, "CREATE TABLE t (id INT PRIMARY KEY, v INT)",
+		"INSERT INTO t SELECT seq, seq FROM seq_1_to_1000"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := f.relConfig(t, db, db, relOpts{Addr: myP.Addr, ReadTimeout: "3s", Source: []string{"query_timeout: 2s"},
+		Extra: "fallback:\n  chunk_rows: 10\nverify:\n  chunk_rows: 10\n"})
+	slow := func() {
+		mustAdd(t, myP, harness.Toxic{Name: "slow", Type: "latency", Attributes: map[string]any{"latency": 100}})
+	}
+	hang := func() {
+		mustAdd(t, myP,
+			harness.Toxic{Name: "hang_down", Type: "timeout", Stream: "downstream", Attributes: map[string]any{"timeout": 0}},
+			harness.Toxic{Name: "hang_up", Type: "timeout", Stream: "upstream", Attributes: map[string]any{"timeout": 0}})
+	}
+	fig := figures{}
+	for _, name := range []string{"catchup", "verify"} {
+		slow()
+		cmd := exec.Command(binPath, name, "--config", cfg)
+		cmd.Env = append(os.Environ(), "TM_IT_MYSQL_PASSWORD="+f.env.MySQLPassword, "TM_IT_PG_DSN="+f.env.PGDSN)
+		var out lockedWriter
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		time.Sleep(2 * time.Second)
+		hung := time.Now()
+		hang()
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Errorf("%s on a half-open source connection still waiting after 60 s (query_timeout 2s):\n%s", name, tail(out.String(), 10))
+		}
+		took := time.Since(hung)
+		myP.RemoveAll()
+		if code := cmd.ProcessState.ExitCode(); code == 0 || !strings.Contains(out.String(), "query_timeout 2s") {
+			t.Errorf("%s on a half-open source connection: exit %d %s after the hang, want a failure naming query_timeout:\n%s", name, code, took.Round(time.Millisecond), tail(out.String(), 10))
+		}
+		fig[name+"_fails_after_ms"] = ms(took)
+	}
+	// The daemon's first snapshot: it retries, saying why, and carries on
+	// once the network heals.
+	if _, err := f.pg.Exec(f.ctx, "DROP SCHEMA IF EXISTS "+db+" CASCADE"); err != nil {
+		t.Fatal(err)
+	}
+	slow()
+	d := f.startDaemon(t, cfg)
+	t.Cleanup(func() {
+		if !d.exited() {
+			d.kill()
+		}
+	})
+	waitFor(30*time.Second, func() bool { return strings.Contains(d.stderr.String(), "catch-up started") || d.exited() })
+	time.Sleep(time.Second)
+	hung := time.Now()
+	hang()
+	noticed := waitFor(30*time.Second, func() bool { return strings.Contains(d.stderr.String(), "query_timeout 2s") || d.exited() })
+	fig["daemon_notices_after_ms"] = ms(time.Since(hung))
+	myP.RemoveAll()
+	if !noticed || d.exited() {
+		t.Fatalf("the daemon's snapshot on a half-open connection: no retry naming query_timeout within 30 s (exited %v):\n%s", d.exited(), tail(d.stderr.String(), 10))
+	}
+	took := f.caughtUpIn(t, db, d, 2*time.Minute)
+	fig["daemon_recovery_ms"] = ms(took)
+	if code := d.stop(t); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, tail(d.stderr.String(), 20))
+	}
+	f.compare(t, harness.TableSpec{Database: db, Table: "t"})
+	report(t, "F8-source-sql-half-open", fig)
 }

@@ -115,6 +115,7 @@ type SourceConfig struct {
 	StartPosition string                `yaml:"start_position"`
 	Heartbeat     time.Duration         `yaml:"heartbeat"`
 	ReadTimeout   time.Duration         `yaml:"read_timeout"`
+	QueryTimeout  time.Duration         `yaml:"query_timeout"`
 	// ExcludeColumns removes columns per "db.table" pattern (PII).
 	ExcludeColumns map[string][]string `yaml:"exclude_columns"`
 }
@@ -380,6 +381,9 @@ func (c *Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("config: log.format: must be text or json, got %q", c.Log.Format))
 	}
+	if c.Source.QueryTimeout < 0 {
+		errs = append(errs, fmt.Errorf("config: source.query_timeout: must be ≥ 0, got %s", c.Source.QueryTimeout))
+	}
 	if c.Source.StartPosition != "" {
 		if _, err := tidemark.ParsePosition(c.Source.StartPosition); err != nil {
 			errs = append(errs, fmt.Errorf("config: source.start_position: %w", err))
@@ -450,7 +454,7 @@ func (c *Config) BinlogConfig() (binlog.Config, error) {
 		Name: s.Name, Flavor: s.Flavor, Addr: s.Addr, User: s.User, Password: s.Password,
 		ServerID: s.ServerID, Version: s.Version, Zone: zone, ZoneOverrides: overrides,
 		ZeroDates: s.ZeroDates, Include: s.Include, Exclude: s.Exclude, BusinessKeys: s.BusinessKeys, ExcludeColumns: s.ExcludeColumns,
-		Heartbeat: s.Heartbeat, ReadTimeout: s.ReadTimeout,
+		Heartbeat: s.Heartbeat, ReadTimeout: s.ReadTimeout, QueryTimeout: s.QueryTimeout,
 	}
 	if err := bc.Validate(); err != nil {
 		return binlog.Config{}, err
