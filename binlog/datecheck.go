@@ -32,6 +32,23 @@ import (
 // uncheckedDateTime stands for a DATETIME value the tailer could not check.
 type uncheckedDateTime struct{}
 
+// uncheckedJSON stands for a MySQL JSON value the tailer could not render
+// exactly (the row walk did not match the event): its table is quarantined.
+type uncheckedJSON struct{}
+
+// uncheckedJSONText prefixes the text of a MySQL JSON value that failed to
+// decode: convJSON rejects it with the reason, naming the column.
+const uncheckedJSONText = "\x00unchecked JSON: "
+
+func hasJSON(t *replication.TableMapEvent) bool {
+	for _, tp := range t.ColumnType {
+		if tp == mysql.MYSQL_TYPE_JSON {
+			return true
+		}
+	}
+	return false
+}
+
 // decodeRows decodes a rows event and checks its DATETIME values. The rows
 // of a table skip reports true for are not decoded at all (e.Rows stays
 // empty): the tailer drops them anyway.
@@ -46,7 +63,7 @@ func decodeRows(e *replication.RowsEvent, data []byte, skip func(*replication.Ta
 	if err := e.DecodeData(pos, data); err != nil {
 		return err
 	}
-	if e.Table == nil || !hasDateTime(e.Table) {
+	if e.Table == nil || !(hasDateTime(e.Table) || hasJSON(e.Table)) {
 		return nil
 	}
 	body := data[pos:]
@@ -63,6 +80,9 @@ func decodeRows(e *replication.RowsEvent, data []byte, skip func(*replication.Ta
 				if _, ok := row[i].(time.Time); ok {
 					row[i] = uncheckedDateTime{}
 				}
+			}
+			if i < len(e.Table.ColumnType) && e.Table.ColumnType[i] == mysql.MYSQL_TYPE_JSON && row[i] != nil {
+				row[i] = uncheckedJSON{}
 			}
 		}
 	}
@@ -159,6 +179,18 @@ func walkImage(t *replication.TableMapEvent, data, bitmap []byte, ncols, img int
 			if text, bad := invalidDateTime(data[pos:pos+n], tp, meta); bad {
 				*fixes = append(*fixes, dateFix{row: img, col: i, text: text})
 			}
+		}
+		if tp == mysql.MYSQL_TYPE_JSON {
+			// MySQL's binary JSON, rendered exactly (mysqljson.go).
+			lb := int(meta)
+			if lb < 1 || lb > 4 || n < lb {
+				return 0, false
+			}
+			text, err := renderMySQLJSON(data[pos+lb : pos+n])
+			if err != nil {
+				text = uncheckedJSONText + err.Error()
+			}
+			*fixes = append(*fixes, dateFix{row: img, col: i, text: text})
 		}
 		pos += n
 	}

@@ -195,11 +195,11 @@ func (r *Reader) capture(ctx context.Context) (file string, pos uint64, gtid, no
 			return "", 0, "", "", err
 		}
 	} else {
-		if res, err = r.t.query(ctx, "SHOW MASTER STATUS"); err != nil {
+		if res, err = r.t.mysqlStatus(ctx, func(ctx context.Context, q string) (*mysql.Result, error) { return r.t.query(ctx, q) }); err != nil {
 			return "", 0, "", "", err
 		}
 		if res.RowNumber() == 0 {
-			return "", 0, "", "", fmt.Errorf("SHOW MASTER STATUS is empty (log_bin off?): %w", tidemark.ErrSourceConfig)
+			return "", 0, "", "", fmt.Errorf("SHOW BINARY LOG STATUS is empty (log_bin off?): %w", tidemark.ErrSourceConfig)
 		}
 		file, _ = res.GetString(0, 0)
 		pos, _ = res.GetUint(0, 1)
@@ -209,6 +209,11 @@ func (r *Reader) capture(ctx context.Context) (file string, pos uint64, gtid, no
 	}
 	gtid, _ = res.GetString(0, 0)
 	now, _ = res.GetString(0, 1)
+	if r.t.cfg.Flavor == FlavorMySQL {
+		if gtid, err = canonicalGTIDSet(gtid); err != nil {
+			return "", 0, "", "", err
+		}
+	}
 	ended = true
 	if _, err = r.t.query(ctx, end); err != nil {
 		return "", 0, "", "", fmt.Errorf("%s: %w", strings.ToLower(end), err)

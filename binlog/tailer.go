@@ -40,6 +40,8 @@ type Tailer struct {
 	// only), seqErr the first version that did not fit.
 	epoch  uint32
 	seqErr error
+	// mysqlGTIDMode is the MySQL source's gtid_mode=ON (checkMySQL).
+	mysqlGTIDMode bool
 }
 
 var _ tidemark.Source = (*Tailer)(nil)
@@ -218,6 +220,9 @@ func (t *Tailer) checkServer(ctx context.Context) error {
 	if !strings.EqualFold(meta, "FULL") {
 		return fmt.Errorf("check source %s: binlog_row_metadata is %s: set binlog_row_metadata=FULL so column names and the primary key arrive in the table map: %w", t.cfg.Name, meta, tidemark.ErrSourceConfig)
 	}
+	if t.cfg.Flavor == FlavorMySQL {
+		return t.checkMySQL(ctx)
+	}
 	return nil
 }
 
@@ -298,6 +303,12 @@ type txState struct {
 	ddl        []tidemark.DDLEvent // sent with the transaction's next chunk
 	bytes      int
 	sent       bool // part of it was already sent in a chunk
+	// mysqlGTIDs are the MySQL GTIDs the transaction consumes (its own,
+	// and at XA COMMIT its XA PREPARE's).
+	mysqlGTIDs []string
+	// xa is the XID of a MySQL XA transaction being read (XA START … XA
+	// PREPARE): its rows are held, never sent before its XA COMMIT.
+	xa string
 }
 
 // streamOnce opens one replication connection and streams until an error.
@@ -324,9 +335,13 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 		// into another ('2026-03-02'): decodeRows (datecheck.go) finds
 		// those in the raw row and hands them on as text, which
 		// convDateTime rejects naming the column.
-		ParseTime:           true,
-		RowsEventDecodeFunc: func(e *replication.RowsEvent, data []byte) error { return decodeRows(e, data, rows.skip) },
-		HeartbeatPeriod:     t.cfg.Heartbeat,
+		ParseTime: true,
+		// MySQL's binary JSON as MySQL's own JSON text: exact big
+		// integers and decimals, doubles and temporal values as MySQL
+		// prints them (mysql.go). MariaDB's JSON is text already.
+		RenderJSONAsMySQLText: true,
+		RowsEventDecodeFunc:   func(e *replication.RowsEvent, data []byte) error { return decodeRows(e, data, rows.skip) },
+		HeartbeatPeriod:       t.cfg.Heartbeat,
 		// No ReadTimeout: go-mysql would set a read deadline on every
 		// packet (a tenth of the decoder's time on small transactions).
 		// readWatch enforces it instead (watch.go).
@@ -364,8 +379,11 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 
 	var gset tidemark.MariaDBGTIDSet
 	var streamer *replication.BinlogStreamer
+	var ms *mysqlStream // MySQL flavor only
 	file := pos.File
 	switch {
+	case t.cfg.Flavor == FlavorMySQL:
+		streamer, ms, file, err = t.startMySQL(ctx, syncer, *pos)
 	case pos.GTID != "" && t.cfg.Flavor == FlavorMariaDB:
 		if gset, err = tidemark.ParseMariaDBGTIDSet(pos.GTID); err != nil {
 			return false, fmt.Errorf("start binlog of %s: %w", t.cfg.Name, err)
@@ -432,6 +450,12 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 		if gset != nil {
 			np.GTID = gset.String()
 		}
+		if ms != nil {
+			if err := ms.add(tx.mysqlGTIDs...); err != nil {
+				return err
+			}
+			np.GTID = ms.position()
+		}
 		ch := tidemark.Chunk{Changes: tx.changes, Commit: np, DDL: tx.ddl}
 		t.stats.Transactions.Add(1)
 		t.stats.Changes.Add(uint64(len(tx.changes)))
@@ -444,22 +468,42 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 		return nil
 	}
 
+	var inner []*replication.BinlogEvent // events of a compressed transaction
 	for {
-		watch.waiting.Store(true)
-		ev, err := streamer.GetEvent(ctx)
-		watch.waiting.Store(false)
-		watch.events.Add(1)
-		if err != nil {
-			if ctx.Err() != nil {
-				return progressed, nil
+		var ev *replication.BinlogEvent
+		if len(inner) > 0 {
+			ev, inner = inner[0], inner[1:]
+		} else {
+			watch.waiting.Store(true)
+			ev, err = streamer.GetEvent(ctx)
+			watch.waiting.Store(false)
+			watch.events.Add(1)
+			if err != nil {
+				if ctx.Err() != nil {
+					return progressed, nil
+				}
+				return progressed, t.classify(watch.explain(err), *pos)
 			}
-			return progressed, t.classify(watch.explain(err), *pos)
 		}
 		if t.seqErr != nil {
 			return progressed, fmt.Errorf("stream binlog of %s at %s: %w", t.cfg.Name, file, t.seqErr)
 		}
 		h := ev.Header
+		if ms != nil {
+			done, err := ms.event(ev, &tx, commit)
+			if err != nil {
+				if ctx.Err() != nil {
+					return progressed, nil
+				}
+				return progressed, fmt.Errorf("stream binlog of %s at %s:%d: %w", t.cfg.Name, file, h.LogPos, err)
+			}
+			if done {
+				continue
+			}
+		}
 		switch e := ev.Event.(type) {
+		case *replication.TransactionPayloadEvent:
+			inner = append(inner, e.Events...)
 		case *replication.RotateEvent:
 			file = string(e.NextLogName)
 		case *replication.MariadbGTIDEvent:
@@ -476,6 +520,11 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 			tx.seq = t.seqOf(e.GTID.SequenceNumber, file, h)
 		case *replication.GTIDEvent:
 			tx = txState{commitTime: time.Unix(int64(h.Timestamp), 0).UTC(), seq: t.seqOf(0, file, h)}
+			if g, err := gtidOf(e); err != nil {
+				return progressed, err
+			} else if g != "" {
+				tx.mysqlGTIDs = []string{g}
+			}
 		case *replication.QueryEvent:
 			q := strings.TrimSpace(string(e.Query))
 			switch {
@@ -509,6 +558,12 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 					return progressed, nil
 				}
 				return progressed, fmt.Errorf("stream binlog of %s at %s:%d: %w", t.cfg.Name, file, h.LogPos, err)
+			}
+		default:
+			// An event tidemark does not act on may only pass between
+			// transactions: inside one it could be part of the data.
+			if (tx.active || len(tx.changes) > 0 || tx.sent) && !harmless(ev) {
+				return progressed, fmt.Errorf("stream binlog of %s at %s:%d: event %s inside a transaction with pending rows: tidemark does not know it and will not skip it", t.cfg.Name, file, h.LogPos, eventName(ev))
 			}
 		}
 	}
@@ -602,7 +657,11 @@ func (t *Tailer) addRows(ctx context.Context, tx *txState, e *replication.RowsEv
 		return row, size, nil
 	}
 	add := func(op tidemark.Op, before, after []any, size int) error {
-		if tx.bytes >= t.cfg.MaxChunkBytes || len(tx.changes) >= t.cfg.MaxChunkChanges {
+		if tx.xa != "" {
+			if tx.bytes > t.maxXABytes() {
+				return fmt.Errorf("XA transaction %s holds more than %d bytes of rows: tidemark keeps a prepared XA transaction in memory until its XA COMMIT; raise max_chunk_bytes", tx.xa, t.maxXABytes())
+			}
+		} else if tx.bytes >= t.cfg.MaxChunkBytes || len(tx.changes) >= t.cfg.MaxChunkChanges {
 			if err := flush(); err != nil {
 				return err
 			}
@@ -696,7 +755,9 @@ func (t *Tailer) classify(err error, pos tidemark.Position) error {
 			return fmt.Errorf("stream binlog of %s from %s: %s: %w", t.cfg.Name, pos, msg, tidemark.ErrPositionPurged)
 		case strings.Contains(msg, "which is not in the master's binlog"),
 			strings.Contains(msg, "which is not in the primary's binlog"),
-			strings.Contains(msg, "has not yet been"):
+			strings.Contains(msg, "has not yet been"),
+			strings.Contains(msg, "has more GTIDs than"),                         // MySQL: Replica/Slave has more GTIDs than the source/master has
+			strings.Contains(msg, "start replication from position > file size"): // MySQL: offset beyond the file
 			return fmt.Errorf("stream binlog of %s from %s: %s: %w", t.cfg.Name, pos, msg, tidemark.ErrPositionAhead)
 		default:
 			return fmt.Errorf("stream binlog of %s from %s: fatal source error: %s", t.cfg.Name, pos, msg)

@@ -305,7 +305,12 @@ func (e *valueEnv) convJSON(v any) (any, error) {
 		if x == "" {
 			return tidemark.JSON("null"), nil
 		}
+		if strings.HasPrefix(x, uncheckedJSONText) {
+			return nil, e.errf("cannot decode this MySQL JSON value: %s", x[len(uncheckedJSONText):])
+		}
 		return tidemark.JSON(x), nil
+	case uncheckedJSON:
+		return nil, e.errf("cannot render this MySQL JSON value exactly: the rows event's format was not recognized (see binlog/datecheck.go)")
 	case []byte:
 		if len(x) == 0 {
 			return tidemark.JSON("null"), nil
