@@ -187,8 +187,9 @@ func (t *Tailer) Accept(ctx context.Context, stored tidemark.Position) (tidemark
 //     restored backup looks the same, so nothing is followed blindly.
 //  3. Only the version scheme changed: resume at the same position in the
 //     next epoch, so the new scheme's versions win over the old ones.
-//  4. Another MariaDB server (or domain, or binlog name) that has the
-//     position's GTIDs in its binlog, with gtid_strict_mode: resume by GTID
+//  4. Another server (or domain, or binlog name) that has the position's
+//     GTIDs in its binlog — MariaDB with gtid_strict_mode, MySQL with
+//     gtid_mode=ON (its set must contain the position's) — resume by GTID
 //     in the next epoch (the log says what the old primary may have had).
 //  5. Anything else (another flavor; another server without the
 //     position's GTIDs, or without GTIDs at all): ErrSourceChanged, naming
@@ -252,11 +253,11 @@ func (t *Tailer) resolve(stored tidemark.Position, st serverState) (Resolution, 
 			name, stored, why, catchUpTodo, tidemark.ErrPositionAhead, tidemark.ErrSourceChanged)
 	}
 	// Another server, domain or binlog.
-	if t.cfg.Flavor != FlavorMariaDB || stored.GTID == "" {
+	if stored.GTID == "" || (t.cfg.Flavor == FlavorMySQL && !strings.EqualFold(st.gtidMode, "ON")) {
 		return refuse("the source's address reaches another server, and the checkpoint's file/offset mean nothing on it",
 			catchUpTodo)
 	}
-	if !st.strict {
+	if t.cfg.Flavor == FlavorMariaDB && !st.strict {
 		return refuse("the source's address reaches another server, which runs without gtid_strict_mode (its GTIDs cannot be trusted to follow the old server's)",
 			"set gtid_strict_mode=ON on it, or "+catchUpTodo)
 	}

@@ -383,6 +383,7 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 	file := pos.File
 	switch {
 	case t.cfg.Flavor == FlavorMySQL:
+		t.mysqlGTIDMode = strings.EqualFold(st.gtidMode, "ON") // this server's, after a failover too
 		streamer, ms, file, err = t.startMySQL(ctx, syncer, *pos)
 	case pos.GTID != "" && t.cfg.Flavor == FlavorMariaDB:
 		if gset, err = tidemark.ParseMariaDBGTIDSet(pos.GTID); err != nil {

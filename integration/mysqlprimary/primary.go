@@ -549,6 +549,8 @@ func (h *handler) answer(q string) (*sqltypes.Result, error) {
 	switch {
 	case strings.HasPrefix(q, "set "):
 		return &sqltypes.Result{}, nil
+	case q == "flush tables with read lock" || q == "unlock tables":
+		return &sqltypes.Result{}, nil
 	case strings.HasPrefix(q, "kill "):
 		// KILL <id>: go-mysql ends its dump connection this way.
 		id, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimPrefix(q, "kill "), "connection "), 10, 32)
