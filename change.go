@@ -216,6 +216,10 @@ type Batch struct {
 	Checkpoint Position
 	// Watermarks to store with the batch (fallback catch-up), by table.
 	Watermarks []Watermark
+	// Offsets are the stream offsets to store with the batch (an applier
+	// reading change topics; see StreamTarget). A sink that cannot store
+	// them fails the batch.
+	Offsets []StreamOffset
 }
 
 // Watermark is a per-table catch-up watermark: every source row with a

@@ -75,11 +75,15 @@ type Store struct {
 
 	loadStatesSQL, saveStateSQL, deleteStateSQL, deleteWMSQL string
 	tablesName                                               string
+
+	loadOffsetsSQL, insertOffsetSQL, updateOffsetSQL string
+	offsetsName                                      string
 }
 
 var (
 	_ tidemark.CheckpointStore = (*Store)(nil)
 	_ tidemark.TableStateStore = (*Store)(nil)
+	_ tidemark.OffsetStore     = (*Store)(nil)
 )
 
 // New validates cfg and returns a Store.
@@ -95,11 +99,13 @@ func New(cfg Config) (*Store, error) {
 	cp := qs + ".checkpoints"
 	wm := qs + ".watermarks"
 	tb := qs + ".tables"
+	so := qs + ".stream_offsets"
 	s := &Store{
 		schema:          schema,
 		checkpointsName: schema + ".checkpoints",
 		wmarksName:      schema + ".watermarks",
 		tablesName:      schema + ".tables",
+		offsetsName:     schema + ".stream_offsets",
 	}
 	// One string of several statements: executed without parameters it is
 	// sent as one simple-protocol query, which PostgreSQL runs as a single
@@ -133,7 +139,16 @@ CREATE TABLE IF NOT EXISTS %s (
 	floor_idx  integer NOT NULL DEFAULT 0,
 	updated_at timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (source, database, table_name)
-)`, ddlLockKey, qs, cp, wm, tb)
+);
+CREATE TABLE IF NOT EXISTS %s (
+	consumer_group text,
+	topic          text,
+	partition      integer,
+	next_offset    bigint NOT NULL,
+	table_schema   text NOT NULL DEFAULT '',
+	updated_at     timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (consumer_group, topic, partition)
+)`, ddlLockKey, qs, cp, wm, tb, so)
 	s.loadPosSQL = `SELECT position FROM ` + cp + ` WHERE source = $1`
 	s.savePosSQL = `INSERT INTO ` + cp + ` AS c (source, position, gtid, file, pos, updated_at)
 VALUES ($1, $2, $3, $4, $5, now())
@@ -158,6 +173,14 @@ ON CONFLICT (source, database, table_name) DO UPDATE SET
 	floor_idx = EXCLUDED.floor_idx, updated_at = now()`
 	s.deleteStateSQL = `DELETE FROM ` + tb + ` WHERE source = $1 AND database = $2 AND table_name = $3`
 	s.deleteWMSQL = `DELETE FROM ` + wm + ` WHERE source = $1 AND database = $2 AND table_name = $3`
+	s.loadOffsetsSQL = `SELECT coalesce(json_agg(json_build_object('p', partition, 'n', next_offset::text, 's', table_schema)
+	ORDER BY partition), '[]')::text FROM ` + so + ` WHERE consumer_group = $1 AND topic = $2`
+	// Compare-and-set: RETURNING gives no row when another member got
+	// there first.
+	s.insertOffsetSQL = `INSERT INTO ` + so + ` (consumer_group, topic, partition, next_offset, table_schema, updated_at)
+VALUES ($1, $2, $3, $4, $5, now()) ON CONFLICT DO NOTHING RETURNING 1`
+	s.updateOffsetSQL = `UPDATE ` + so + ` SET next_offset = $4, table_schema = $5, updated_at = now()
+WHERE consumer_group = $1 AND topic = $2 AND partition = $3 AND next_offset = $6 RETURNING 1`
 	return s, nil
 }
 
@@ -342,4 +365,51 @@ func (s *Store) DeleteWatermark(ctx context.Context, q tidemark.Querier, source 
 // quoting is the second line of defence, not the first.
 func quoteIdent(s string) string {
 	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}
+
+// LoadOffsets implements tidemark.OffsetStore.
+func (s *Store) LoadOffsets(ctx context.Context, q tidemark.Querier, group, topic string) ([]tidemark.StreamOffset, error) {
+	var text string
+	if err := q.QueryRow(ctx, s.loadOffsetsSQL, group, topic).Scan(&text); err != nil {
+		return nil, fmt.Errorf("load offsets of group %q, topic %q from %s: %w", group, topic, s.offsetsName, err)
+	}
+	var rows []struct {
+		P int32  `json:"p"`
+		N string `json:"n"`
+		S string `json:"s"`
+	}
+	if err := json.Unmarshal([]byte(text), &rows); err != nil {
+		return nil, fmt.Errorf("load offsets of group %q, topic %q from %s: %w", group, topic, s.offsetsName, err)
+	}
+	out := make([]tidemark.StreamOffset, 0, len(rows))
+	for _, r := range rows {
+		n, err := strconv.ParseInt(r.N, 10, 64)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("load offsets of group %q, topic %q from %s: partition %d: bad next_offset %q", group, topic, s.offsetsName, r.P, r.N)
+		}
+		out = append(out, tidemark.StreamOffset{Group: group, Topic: topic, Partition: r.P, Next: n, Prev: n, Schema: r.S})
+	}
+	return out, nil
+}
+
+// SaveOffset implements tidemark.OffsetStore: a compare-and-set on o.Prev.
+func (s *Store) SaveOffset(ctx context.Context, q tidemark.Querier, o tidemark.StreamOffset) error {
+	what := fmt.Sprintf("save offset %d of group %q, topic %q, partition %d to %s", o.Next, o.Group, o.Topic, o.Partition, s.offsetsName)
+	if o.Group == "" || o.Topic == "" || o.Partition < 0 || o.Next < 0 {
+		return fmt.Errorf("%s: incomplete offset", what)
+	}
+	var one int
+	var err error
+	if o.Prev < 0 {
+		err = q.QueryRow(ctx, s.insertOffsetSQL, o.Group, o.Topic, o.Partition, o.Next, o.Schema).Scan(&one)
+	} else {
+		err = q.QueryRow(ctx, s.updateOffsetSQL, o.Group, o.Topic, o.Partition, o.Next, o.Schema, o.Prev).Scan(&one)
+	}
+	if errors.Is(err, tidemark.ErrNoRows) {
+		return fmt.Errorf("%s: expected stored offset %d: %w", what, o.Prev, tidemark.ErrOffsetMoved)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
 }

@@ -53,7 +53,7 @@ func (s *Sink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStat
 	if err != nil {
 		return tidemark.ApplyStats{}, fmt.Errorf("%s: %w", what, err)
 	}
-	if len(p.groups) == 0 && b.Checkpoint.IsZero() && len(b.Watermarks) == 0 {
+	if len(p.groups) == 0 && b.Checkpoint.IsZero() && len(b.Watermarks) == 0 && len(b.Offsets) == 0 {
 		st := tidemark.ApplyStats{Coalesced: p.coalesced}
 		if st.Total() != len(b.Changes) {
 			return tidemark.ApplyStats{}, fmt.Errorf("%s: %d changes, counted %+v: %w", what, len(b.Changes), st, tidemark.ErrStatsMismatch)
@@ -372,6 +372,17 @@ func (s *Sink) applyOnce(ctx context.Context, b *tidemark.Batch, p *batchPlan) (
 	for _, w := range b.Watermarks {
 		if err := s.cfg.Checkpoints.SaveWatermark(ctx, q, b.Source, w); err != nil {
 			return st, err
+		}
+	}
+	if len(b.Offsets) > 0 {
+		store, ok := s.cfg.Checkpoints.(tidemark.OffsetStore)
+		if !ok {
+			return st, fmt.Errorf("save stream offsets: the checkpoint store %T does not store them", s.cfg.Checkpoints)
+		}
+		for _, o := range b.Offsets {
+			if err := store.SaveOffset(ctx, q, o); err != nil {
+				return st, err
+			}
 		}
 	}
 	if st.Total() != len(b.Changes) {

@@ -68,7 +68,10 @@ type defKey struct {
 	fingerprint string
 }
 
-var _ tidemark.Sink = (*Sink)(nil)
+var (
+	_ tidemark.Sink         = (*Sink)(nil)
+	_ tidemark.StreamTarget = (*Sink)(nil)
+)
 
 // Open validates cfg, connects, and creates the checkpoint tables if they
 // are missing. Transient connection errors are retried with cfg.Retry until
@@ -154,6 +157,22 @@ func (s *Sink) Checkpoint(ctx context.Context, source string) (tidemark.Position
 		return tidemark.Position{}, false, redact(err, s.secret)
 	}
 	return pos, ok, nil
+}
+
+// Offsets implements tidemark.StreamTarget: the stored offsets of group's
+// partitions of topic.
+func (s *Sink) Offsets(ctx context.Context, group, topic string) ([]tidemark.StreamOffset, error) {
+	store, ok := s.cfg.Checkpoints.(tidemark.OffsetStore)
+	if !ok {
+		return nil, fmt.Errorf("read stream offsets: the checkpoint store %T does not store them", s.cfg.Checkpoints)
+	}
+	var out []tidemark.StreamOffset
+	err := s.retry(ctx, "read stream offsets", func(ctx context.Context) error {
+		var err error
+		out, err = store.LoadOffsets(ctx, querier{s.pool}, group, topic)
+		return redact(err, s.secret)
+	})
+	return out, redact(err, s.secret)
 }
 
 // Close releases the sink's connections. It waits for connections in use to

@@ -1,0 +1,63 @@
+package tidemark
+
+import (
+	"context"
+	"errors"
+)
+
+// Scale-out (docs/SCALE-OUT.md): one tailer per source publishes changes to
+// Kafka; a consumer group of appliers (`tidemark apply`) reads the change
+// topics and applies them to PostgreSQL through the same version-guarded
+// sink. An applier's position in each topic-partition is stored in the
+// target, in the same transaction as the rows it applied.
+
+// StreamOffset is an applier's position in one partition of a change topic,
+// as stored in the target.
+type StreamOffset struct {
+	// Group is the consumer group of the appliers.
+	Group string
+	// Topic and Partition name the topic-partition.
+	Topic     string
+	Partition int32
+	// Next is the offset of the next record to apply.
+	Next int64
+	// Schema is the table schema last announced on the partition (the
+	// control record's JSON, opaque to the store): an applier that resumes
+	// at Next needs it to decode the rows that follow. Empty when none.
+	Schema string
+	// Prev is, when saving, the Next the saver last read or wrote for the
+	// partition (-1: it found no row). The store refuses the save with
+	// ErrOffsetMoved when the stored Next differs: another member applied
+	// the partition meanwhile.
+	Prev int64
+}
+
+// ErrOffsetMoved is returned (wrapped) when a stream offset changed in the
+// target since the applier read it: the partition was reassigned and
+// another member applied it. The batch is rolled back; the applier must
+// drop the partition's in-flight records and re-read its offset.
+var ErrOffsetMoved = errors.New("stream offset moved: another applier applied the partition")
+
+// OffsetStore reads and writes stream offsets in the target, inside the
+// caller's transaction (a CheckpointStore may implement it).
+type OffsetStore interface {
+	// LoadOffsets returns the stored offsets of group's partitions of
+	// topic (Prev is set to Next).
+	LoadOffsets(ctx context.Context, q Querier, group, topic string) ([]StreamOffset, error)
+	// SaveOffset stores o if the stored Next still equals o.Prev (no row
+	// when o.Prev is -1); otherwise it returns an error wrapping
+	// ErrOffsetMoved.
+	SaveOffset(ctx context.Context, q Querier, o StreamOffset) error
+}
+
+// StreamTarget is what an applier writes to: a sink whose Apply also
+// stores the batch's Offsets in the same transaction, that reads them back,
+// and that creates or evolves a target table to an announced schema.
+type StreamTarget interface {
+	Sink
+	// Offsets returns the stored offsets of group's partitions of topic.
+	Offsets(ctx context.Context, group, topic string) ([]StreamOffset, error)
+	// EnsureTable creates the target table of t if it is missing, or
+	// brings an existing one to t's schema.
+	EnsureTable(ctx context.Context, t *Table) error
+}
