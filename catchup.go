@@ -104,6 +104,13 @@ type KeyTarget interface {
 	KeysInRange(ctx context.Context, table *Table, after, upTo []any) ([][]any, error)
 }
 
+// TargetRows is implemented by targets that can tell whether they hold any
+// row of a table. A catch-up into a table the target holds no row of cannot
+// have missed a hard delete (there is nothing to delete): it does not warn.
+type TargetRows interface {
+	HasRows(ctx context.Context, table *Table) (bool, error)
+}
+
 // WatermarkStore reads the per-table catch-up watermarks a sink stores.
 type WatermarkStore interface {
 	Watermark(ctx context.Context, source string, table TableID) (time.Time, bool, error)

@@ -851,7 +851,10 @@ func (p *Pipeline) handleDDL(ctx context.Context, ch *Chunk) (committed bool, er
 				p.mu.Lock()
 				delete(p.tables, ev.Table)
 				p.mu.Unlock()
-				p.cfg.Logger.Info("table dropped in the target", "source", p.cfg.Source, "table", ev.Table.String(), "reason", ev.Reason)
+				// The sink says when it dropped a target table; a DROP
+				// TABLE of a table that never reached the target drops
+				// nothing.
+				p.cfg.Logger.Debug("DROP TABLE applied; the table's state is forgotten", "source", p.cfg.Source, "table", ev.Table.String(), "reason", ev.Reason)
 			}
 		}
 	} else if len(events) > 0 {

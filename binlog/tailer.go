@@ -351,7 +351,7 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 		// (10240) holds hundreds of MB of decoded rows and makes every GC
 		// cycle scan them. 256 keeps the decoder busy and memory bounded.
 		EventCacheCount: 256,
-		Logger:          t.cfg.Logger.With("component", "go-mysql"),
+		Logger:          goMySQLLogger(t.cfg.Logger),
 	})
 	defer syncer.Close()
 

@@ -116,6 +116,11 @@ type TableReport struct {
 	// captured).
 	Deletes        int64
 	DeletesChecked bool
+	// DeletesMissed is true when hard deletes made while the binlog was
+	// unavailable may have been missed: a window or full re-read without
+	// delete detection, into a table the target held rows of (or cannot
+	// tell). A first load into an empty target misses none.
+	DeletesMissed bool
 	// ReadTime and ApplyTime split the table's time between the source
 	// reads and the target applies.
 	ReadTime, ApplyTime time.Duration
@@ -264,7 +269,7 @@ func (c *CatchUp) RunReport(ctx context.Context, only []tidemark.TableID) (Repor
 			args = append(args, "deletes", tr.Deletes)
 		}
 		c.cfg.Logger.Info("table caught up", args...)
-		if !tr.DeletesChecked && tr.Mode != "snapshot" && tr.Mode != "empty" {
+		if tr.DeletesMissed {
 			c.cfg.Logger.Warn("hard deletes made while the binlog was unavailable were NOT captured for this table (set delete_detection: keydiff)", "table", id.String())
 		}
 	}
@@ -301,11 +306,16 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 	tc := c.tableConfig(id)
 	var wm *tidemark.Watermark
 	req := tidemark.ReadRequest{Table: id, Limit: c.cfg.ChunkRows, Snapshot: snap}
+	held, err := c.targetHeldRows(ctx, id, tc)
+	if err != nil {
+		return tr, err
+	}
 	if tc.Column == "" {
 		tr.Mode = "full"
 		if err := c.read(ctx, req, nil, &tr); err != nil {
 			return tr, err
 		}
+		tr.DeletesMissed = held && tc.DeleteDetection != DeletesKeyDiff
 		return tr, c.keyDiff(ctx, snap, id, tc, &tr)
 	}
 	if err := c.checkColumn(ctx, id, tc.Column); err != nil {
@@ -349,6 +359,7 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 		return tr, c.keyDiff(ctx, snap, id, tc, &tr)
 	}
 	tr.Mode = "window"
+	tr.DeletesMissed = held && tc.DeleteDetection != DeletesKeyDiff
 	undated := req
 	undated.Column, undated.Undated = tc.Column, true
 	if err := c.read(ctx, undated, nil, &tr); err != nil {
@@ -363,6 +374,22 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 		}
 	}
 	return tr, c.keyDiff(ctx, snap, id, tc, &tr)
+}
+
+// targetHeldRows reports, before a table is read, whether the target holds
+// rows of it that a hard delete in the gap could have left behind: not
+// asked with delete detection (the key diff finds them), true when the
+// target cannot tell.
+func (c *CatchUp) targetHeldRows(ctx context.Context, id tidemark.TableID, tc TableConfig) (bool, error) {
+	tgt, ok := c.keys.(tidemark.TargetRows)
+	if tc.DeleteDetection == DeletesKeyDiff || !ok {
+		return true, nil
+	}
+	tbl, err := c.src.Table(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	return tgt.HasRows(ctx, tbl)
 }
 
 // checkColumn refuses a watermark column that is not in the source table or

@@ -204,3 +204,51 @@ func TestManualCatchupBesideDaemon(t *testing.T) {
 	}
 	f.stopOK(t, d)
 }
+
+// TestFirstRunLogsOnlyWhatHappened: the log of a first start on a fresh
+// target, then of a start after a purge. A first snapshot into an empty
+// target cannot have missed a delete and must not warn about it; the
+// retention probe has nothing to measure before the first checkpoint (not a
+// warning); a DROP TABLE IF EXISTS of a table that never reached the target
+// dropped nothing (no line saying it did); and the restart after a purge,
+// which the fallback recovers, logs no ERROR (go-mysql's failed KILL of a
+// dump connection the server had already closed was one). The catch-up
+// over a target that holds rows does warn about deletes.
+func TestFirstRunLogsOnlyWhatHappened(t *testing.T) {
+	f := newFixture(t)
+	db := randName("it_log_")
+	f.dropLater(t, db, db)
+	f.forgetStates(t, db)
+	f.exec(t, "CREATE DATABASE "+db, "USE "+db,
+		"CREATE TABLE t (id INT PRIMARY KEY, v INT)", "INSERT INTO t SELECT seq, seq FROM seq_1_to_50")
+	cfg := f.configYAML(t, db, db, db, "UTC", tidemark.Position{})
+	d := f.startDaemon(t, cfg)
+	defer cleanupDaemon(&d)
+	f.waitRunningCaughtUp(t, db, d)
+	f.exec(t, "DROP TABLE IF EXISTS "+db+".never_there", "INSERT INTO "+db+".t VALUES (51, 51)")
+	f.waitRunningCaughtUp(t, db, d)
+	f.compareTable(t, db, "t")
+	f.stopOK(t, d)
+	first := d.stderr.String()
+	for _, bad := range []string{"level=WARN", "level=ERROR", "table dropped in the target", "dropping target table"} {
+		if strings.Contains(first, bad) {
+			t.Errorf("first run logged %q:\n%s", bad, grepLines(first, bad))
+		}
+	}
+	if !strings.Contains(first, "mode=full rows=50") {
+		t.Fatalf("no snapshot of the 50 rows:\n%s", first)
+	}
+
+	f.exec(t, "DELETE FROM "+db+".t WHERE id = 1")
+	f.purgeBinlogs(t)
+	d = f.startDaemon(t, cfg)
+	f.waitRunningCaughtUp(t, db, d)
+	f.stopOK(t, d)
+	second := d.stderr.String()
+	if strings.Contains(second, "level=ERROR") {
+		t.Errorf("a purged position the fallback recovered logged an ERROR:\n%s", grepLines(second, "level=ERROR"))
+	}
+	if !regexpContains(second, `level=WARN msg="hard deletes made while the binlog was unavailable were NOT captured.*table=`+db+`\.t`) {
+		t.Errorf("the catch-up over a target with rows did not warn about deletes:\n%s", second)
+	}
+}

@@ -233,8 +233,14 @@ func (m *Metrics) WatchRetention(ctx context.Context, interval time.Duration, pr
 			if ctx.Err() != nil {
 				return nil
 			}
-			m.Error(err)
-			log.Warn("could not measure binlog retention", "err", err)
+			if errors.Is(err, errNoCheckpointYet) {
+				// A first start: nothing to measure until the first
+				// commit.
+				log.Debug("binlog retention not measured yet", "err", err)
+			} else {
+				m.Error(err)
+				log.Warn("could not measure binlog retention", "err", err)
+			}
 		} else {
 			m.SetRetention(r)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -264,6 +265,10 @@ func printStatus(w io.Writer, rep *StatusReport) {
 	}
 }
 
+// errNoCheckpointYet: there is no position to measure the retention of yet
+// (a first start, before the first commit). Not a failure.
+var errNoCheckpointYet = errors.New("no checkpoint yet")
+
 // retentionProbe returns what Metrics.WatchRetention calls in the daemon:
 // the stored checkpoint of source and the retention of its binlog file.
 func retentionProbe(src *binlog.Verifier, sink interface {
@@ -275,7 +280,7 @@ func retentionProbe(src *binlog.Verifier, sink interface {
 			return tidemark.Retention{}, err
 		}
 		if !ok {
-			return tidemark.Retention{}, fmt.Errorf("binlog retention of %s: no checkpoint yet", source)
+			return tidemark.Retention{}, fmt.Errorf("binlog retention of %s: %w", source, errNoCheckpointYet)
 		}
 		return src.Retention(ctx, pos, time.Now())
 	}

@@ -197,3 +197,25 @@ func isUndefinedTable(err error) bool {
 	var pe interface{ SQLState() string }
 	return errors.As(err, &pe) && (pe.SQLState() == "42P01" || pe.SQLState() == "3F000")
 }
+
+var _ tidemark.TargetRows = (*Sink)(nil)
+
+// HasRows implements tidemark.TargetRows: whether the target table of table
+// holds any row (false when it does not exist).
+func (s *Sink) HasRows(ctx context.Context, table *tidemark.Table) (bool, error) {
+	d, _, err := s.def(table)
+	if err != nil {
+		return false, err
+	}
+	var has bool
+	err = s.retry(ctx, "look for rows in "+d.display, func(ctx context.Context) error {
+		return s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+d.qname+")").Scan(&has)
+	})
+	if err != nil && isUndefinedTable(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("look for rows in %s: %w", d.display, redact(err, s.secret))
+	}
+	return has, nil
+}
