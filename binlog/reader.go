@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -27,6 +28,8 @@ type Reader struct {
 
 	mu     sync.Mutex
 	tables map[tidemark.TableID]*readTable
+
+	gtidScans atomic.Uint64 // captures that needed BINLOG_GTID_POS
 }
 
 // readTable is a table as the reader sees it.
@@ -155,6 +158,37 @@ func (r *Reader) Capture(ctx context.Context) (tidemark.Snapshot, error) {
 
 // capture reads a consistent binlog position on the metadata connection
 // (see Capture).
+// gtidAtEnd returns @@gtid_binlog_pos and the source clock, and whether the
+// binlog ended at file/pos both just before and just after they were read
+// (then the GTID state is exactly the one at file/pos).
+func (r *Reader) gtidAtEnd(ctx context.Context, file string, pos uint64) (gtid, now string, exact bool, err error) {
+	atEnd := func() (bool, error) {
+		res, err := r.t.query(ctx, "SHOW MASTER STATUS")
+		if err != nil {
+			return false, err
+		}
+		if res.RowNumber() == 0 {
+			return false, nil
+		}
+		f, _ := res.GetString(0, 0)
+		p, _ := res.GetUint(0, 1)
+		return f == file && p == pos, nil
+	}
+	if exact, err = atEnd(); err != nil || !exact {
+		return "", "", false, err
+	}
+	res, err := r.t.query(ctx, "SELECT @@gtid_binlog_pos, UTC_TIMESTAMP(6)")
+	if err != nil {
+		return "", "", false, err
+	}
+	gtid, _ = res.GetString(0, 0)
+	now, _ = res.GetString(0, 1)
+	if exact, err = atEnd(); err != nil || !exact {
+		return "", "", false, err
+	}
+	return gtid, now, true, nil
+}
+
 func (r *Reader) capture(ctx context.Context) (file string, pos uint64, gtid, now string, err error) {
 	begin, end := "START TRANSACTION WITH CONSISTENT SNAPSHOT", "COMMIT"
 	if r.t.cfg.Flavor != FlavorMariaDB {
@@ -189,8 +223,25 @@ func (r *Reader) capture(ctx context.Context) (file string, pos uint64, gtid, no
 		if file == "" {
 			return "", 0, "", "", fmt.Errorf("binlog_snapshot_file is empty (log_bin off?): %w", tidemark.ErrSourceConfig)
 		}
-		// The GTID state at exactly that position (BINLOG_GTID_POS scans
-		// the binlog file up to it: once per catch-up).
+		// The GTID state at exactly that position. When nothing was
+		// written to the binlog after it, that is @@gtid_binlog_pos, read
+		// between two binlog positions equal to the snapshot's: a group
+		// being written holds LOCK_log, which SHOW MASTER STATUS waits
+		// for, so a GTID state taken mid-group is followed by a position
+		// past the snapshot's. Otherwise BINLOG_GTID_POS, which scans the
+		// binlog file up to the position (seconds on a 1 GB file).
+		var exact bool
+		if gtid, now, exact, err = r.gtidAtEnd(ctx, file, pos); err != nil {
+			return "", 0, "", "", err
+		}
+		if exact {
+			ended = true
+			if _, err = r.t.query(ctx, end); err != nil {
+				return "", 0, "", "", fmt.Errorf("%s: %w", strings.ToLower(end), err)
+			}
+			return file, pos, gtid, now, nil
+		}
+		r.gtidScans.Add(1)
 		if res, err = r.t.query(ctx, "SELECT BINLOG_GTID_POS(?, ?), UTC_TIMESTAMP(6)", file, pos); err != nil {
 			return "", 0, "", "", err
 		}

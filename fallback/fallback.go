@@ -78,6 +78,9 @@ type Config struct {
 	FutureTolerance time.Duration
 	// KeyChunkRows is the chunk of the key diff (default 10000).
 	KeyChunkRows int
+	// ReadAhead is how many chunks may be read ahead of the one being
+	// applied (default 2).
+	ReadAhead int
 	// Logger receives progress lines (default discard).
 	Logger *slog.Logger
 	// Progress, if set, is called after every chunk.
@@ -164,6 +167,12 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.ChunkRows == 0 {
 		cfg.ChunkRows = 5000
+	}
+	if cfg.ReadAhead < 0 {
+		return fmt.Errorf("fallback config: read_ahead: must be ≥ 0, got %d", cfg.ReadAhead)
+	}
+	if cfg.ReadAhead == 0 {
+		cfg.ReadAhead = 2
 	}
 	if cfg.KeyChunkRows == 0 {
 		cfg.KeyChunkRows = 10000
@@ -413,13 +422,41 @@ func (c *CatchUp) checkColumn(ctx context.Context, id tidemark.TableID, column s
 // read reads req to the end, chunk by chunk, applying each; wm, if set,
 // commits with the last chunk.
 func (c *CatchUp) read(ctx context.Context, req tidemark.ReadRequest, wm *tidemark.Watermark, tr *TableReport) error {
-	for {
-		t0 := time.Now()
-		res, err := c.src.Read(ctx, req)
-		tr.ReadTime += time.Since(t0)
-		if err != nil {
-			return err
+	type chunk struct {
+		res  tidemark.ReadResult
+		took time.Duration
+		err  error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	chunks := make(chan chunk, c.cfg.ReadAhead-1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(chunks)
+		for {
+			t0 := time.Now()
+			res, err := c.src.Read(ctx, req)
+			select {
+			case chunks <- chunk{res: res, took: time.Since(t0), err: err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil || res.Next == nil {
+				return
+			}
+			req.After = res.Next
 		}
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	for ch := range chunks {
+		tr.ReadTime += ch.took
+		if ch.err != nil {
+			return ch.err
+		}
+		res := ch.res
 		tr.Rows += int64(len(res.Changes))
 		tr.Chunks++
 		b := &tidemark.Batch{Source: c.cfg.Source, Changes: res.Changes}
@@ -443,8 +480,8 @@ func (c *CatchUp) read(ctx context.Context, req tidemark.ReadRequest, wm *tidema
 		if last {
 			return nil
 		}
-		req.After = res.Next
 	}
+	return ctx.Err()
 }
 
 // keyDiff finds keys present in the target but not in the source and

@@ -2,7 +2,10 @@ package fallback
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,12 +48,18 @@ func (f *fakeSource) KeyRangeSum(ctx context.Context, id tidemark.TableID, after
 
 type fakeTarget struct {
 	batches   []tidemark.Batch
+	apply     func(b *tidemark.Batch) error // optional
 	watermark func() (time.Time, bool, error)
 	keySum    func(after, upTo []any) tidemark.KeySum
 	keys      func(after, upTo []any) [][]any
 }
 
 func (f *fakeTarget) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStats, error) {
+	if f.apply != nil {
+		if err := f.apply(b); err != nil {
+			return tidemark.ApplyStats{}, err
+		}
+	}
 	f.batches = append(f.batches, *b)
 	var s tidemark.ApplyStats
 	for _, c := range b.Changes {
@@ -312,5 +321,92 @@ func TestKeyDiffNeedsAKeyTarget(t *testing.T) {
 	_, err := New(Config{Source: "s", Tables: map[string]TableConfig{"a.b": {DeleteDetection: DeletesKeyDiff}}}, &fakeSource{}, sinkOnly{&fakeTarget{}})
 	if err == nil || !strings.Contains(err.Error(), "delete_detection") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// The next chunk is read while the previous one applies: the first apply
+// waits for the second read, which a read-then-apply loop never starts.
+func TestReadAheadOverlapsApply(t *testing.T) {
+	secondRead := make(chan struct{})
+	src := &fakeSource{
+		capture: func() (tidemark.Snapshot, error) { return snap, nil },
+		tables:  []tidemark.TableID{tid}, table: table,
+		maxTime: func(string) (time.Time, bool, error) { return now, true, nil },
+		read: func(req tidemark.ReadRequest) (tidemark.ReadResult, error) {
+			switch {
+			case req.After == nil:
+				return tidemark.ReadResult{Changes: rows(1, 2), Next: []any{int64(2)}}, nil
+			case req.After[0] == int64(2):
+				close(secondRead)
+				return tidemark.ReadResult{Changes: rows(3, 4), Next: []any{int64(4)}}, nil
+			default:
+				return tidemark.ReadResult{Changes: rows(5)}, nil
+			}
+		},
+	}
+	tgt := &fakeTarget{watermark: func() (time.Time, bool, error) { return time.Time{}, false, nil }}
+	tgt.apply = func(b *tidemark.Batch) error {
+		if len(tgt.batches) == 0 {
+			select {
+			case <-secondRead:
+			case <-time.After(10 * time.Second):
+				return errors.New("chunk 2 was not read while chunk 1 was applied")
+			}
+		}
+		return nil
+	}
+	rep, err := newCatchUp(t, src, tgt, TableConfig{Column: "updated_at"}).RunReport(context.Background(), []tidemark.TableID{tid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr := rep.Tables[0]; tr.Rows != 5 || tr.Chunks != 3 || tr.Mode != "snapshot" {
+		t.Fatalf("report %+v", tr)
+	}
+	var ids []int64
+	for i, b := range tgt.batches {
+		for _, c := range b.Changes {
+			ids = append(ids, c.After[0].(int64))
+		}
+		if last := i == len(tgt.batches)-1; last != (len(b.Watermarks) == 1) {
+			t.Fatalf("batch %d of %d has %d watermarks: the watermark commits with the last chunk only", i+1, len(tgt.batches), len(b.Watermarks))
+		}
+	}
+	if fmt.Sprint(ids) != "[1 2 3 4 5]" {
+		t.Fatalf("applied %v, want the chunks in order", ids)
+	}
+}
+
+// A failed apply stops the reads: nothing is read after RunReport returns,
+// and at most ReadAhead chunks were read past the failed one.
+func TestReadAheadStopsOnApplyError(t *testing.T) {
+	var reads, afterReturn atomic.Int64
+	var returned atomic.Bool
+	src := &fakeSource{
+		capture: func() (tidemark.Snapshot, error) { return snap, nil },
+		tables:  []tidemark.TableID{tid}, table: table,
+		maxTime: func(string) (time.Time, bool, error) { return now, true, nil },
+		read: func(req tidemark.ReadRequest) (tidemark.ReadResult, error) {
+			n := reads.Add(1)
+			if returned.Load() {
+				afterReturn.Add(1)
+			}
+			return tidemark.ReadResult{Changes: rows(n), Next: []any{n}}, nil // never ends
+		},
+	}
+	boom := errors.New("target refused")
+	tgt := &fakeTarget{watermark: func() (time.Time, bool, error) { return time.Time{}, false, nil },
+		apply: func(*tidemark.Batch) error { return boom }}
+	c := newCatchUp(t, src, tgt, TableConfig{Column: "updated_at"})
+	_, err := c.RunReport(context.Background(), []tidemark.TableID{tid})
+	returned.Store(true)
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want the apply's", err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := afterReturn.Load(); n != 0 {
+		t.Fatalf("%d reads after RunReport returned: the reader was not stopped", n)
+	}
+	if n := reads.Load(); n > int64(1+c.cfg.ReadAhead) {
+		t.Fatalf("%d chunks read for one failed apply, want at most 1 + ReadAhead (%d)", n, c.cfg.ReadAhead)
 	}
 }

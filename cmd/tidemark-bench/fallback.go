@@ -72,7 +72,9 @@ func benchFallback(ctx context.Context, rows, runs int, out string) error {
 		return err
 	}
 	defer sink.Close()
-	cu, err := fallback.New(fallback.Config{Source: "bench_fb", Tables: map[string]fallback.TableConfig{db + ".big": {Column: "updated_at", Lookback: time.Minute}}}, reader, sink)
+	var calls callTimes
+	cu, err := fallback.New(fallback.Config{Source: "bench_fb", Tables: map[string]fallback.TableConfig{db + ".big": {Column: "updated_at", Lookback: time.Minute}}},
+		timedSource{reader, &calls}, timedTarget{sink, &calls})
 	if err != nil {
 		return err
 	}
@@ -97,6 +99,8 @@ func benchFallback(ctx context.Context, rows, runs int, out string) error {
 			return err
 		}
 		fr.full, fr.fullRows = full.Took, full.Tables[0].Rows
+		fmt.Fprintf(os.Stderr, "   full reload %s: reading %s, applying %s (they overlap)\n", full.Took.Round(time.Millisecond),
+			full.Tables[0].ReadTime.Round(time.Millisecond), full.Tables[0].ApplyTime.Round(time.Millisecond))
 		// A different 0.1% each run, stamped now: only they are in the
 		// window after the watermark.
 		if err := harness.Exec(my, fmt.Sprintf("UPDATE %s.big SET amount = amount + 1, updated_at = NOW(6) WHERE id %% 1000 = %d", db, run)); err != nil {
@@ -104,11 +108,13 @@ func benchFallback(ctx context.Context, rows, runs int, out string) error {
 		}
 		fmt.Fprintf(os.Stderr, "== [%d] first catch-up after %d rows (0.1%%) changed, then 2 re-runs of the unchanged window\n", run, changed)
 		for i := 0; i < 3; i++ {
+			calls.reset()
 			r, err := cu.RunReport(ctx, only)
 			if err != nil {
 				return err
 			}
 			if i == 0 {
+				fmt.Fprintf(os.Stderr, "   first catch-up %s: %s\n", r.Took.Round(100*time.Microsecond), &calls)
 				fr.first, fr.firstRep = r.Took, r.Tables[0]
 				if int(r.Tables[0].Applied.Updated) != changed {
 					return fmt.Errorf("first catch-up updated %d rows, want %d", r.Tables[0].Applied.Updated, changed)
