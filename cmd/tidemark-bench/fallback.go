@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,6 +16,10 @@ import (
 	"tidemark/integration/harness"
 	"tidemark/sink/postgres"
 )
+
+// snapshotProfile is the -snapshot-cpuprofile flag: a CPU profile of the
+// first full reload of the fallback bench.
+var snapshotProfile string
 
 // fallbackRun is one run of the fallback bench.
 type fallbackRun struct {
@@ -94,7 +99,20 @@ func benchFallback(ctx context.Context, rows, runs int, out string) error {
 		}
 		_, _ = pg.Exec(ctx, "DELETE FROM tidemark.watermarks WHERE source = 'bench_fb'")
 		fmt.Fprintf(os.Stderr, "== [%d] full reload (snapshot of every row)\n", run)
+		if snapshotProfile != "" && run == 1 {
+			pf, err := os.Create(snapshotProfile)
+			if err != nil {
+				return err
+			}
+			defer pf.Close()
+			if err := pprof.StartCPUProfile(pf); err != nil {
+				return err
+			}
+		}
 		full, err := cu.RunReport(ctx, only)
+		if snapshotProfile != "" && run == 1 {
+			pprof.StopCPUProfile()
+		}
 		if err != nil {
 			return err
 		}

@@ -91,6 +91,7 @@ func main() {
 	flag.StringVar(&o.t2Profile, "t2-cpuprofile", "", "write a CPU profile of the daemon during T2 insert-heavy to this file")
 	flag.IntVar(&o.runs, "runs", 3, "measure this many times on the same backlog; the report gives medians")
 	flag.IntVar(&o.peerRows, "peers", 0, "instead: load a table of this many rows with pgloader and with tidemark's first-run snapshot")
+	flag.StringVar(&snapshotProfile, "snapshot-cpuprofile", "", "with -fallback: write a CPU profile of the first full reload to this file")
 	flag.IntVar(&o.fallbackRows, "fallback", 0, "instead: benchmark the fallback catch-up on a table of this many rows")
 	flag.Parse()
 	loadAtStart = loadAvg()
