@@ -1,6 +1,7 @@
 package tidemark
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"strings"
@@ -98,6 +99,13 @@ type Table struct {
 	// Key holds the indexes into Columns of the business key, in order: the
 	// primary key by default, a configured composite key otherwise.
 	Key []int
+	// Indexes are the table's secondary indexes when IndexesKnown. The
+	// binlog source reads them with each new table layout; a snapshot's
+	// schema leaves them unknown so that a sink builds them after the load
+	// (IndexMirror). They are not part of the Fingerprint: index changes
+	// arrive as DDL events (DDLEvent.Indexes).
+	Indexes      []Index
+	IndexesKnown bool
 }
 
 // ColumnIndex returns the index of the named column, or -1.
@@ -148,4 +156,48 @@ func CheckIdentifier(what, s string) error {
 		return fmt.Errorf("%w: %s %q", ErrInvalidIdentifier, what, s)
 	}
 	return nil
+}
+
+// Index is a secondary index of a source table (the primary key is
+// Table.Key). Targets that mirror indexes (see IndexMirror) build theirs
+// from it.
+type Index struct {
+	// Name is the source's index name.
+	Name string
+	// Unique is set for a UNIQUE index.
+	Unique bool
+	// Type is the source's index type in upper case: BTREE, HASH,
+	// FULLTEXT, SPATIAL, ...
+	Type string
+	// Columns are the indexed columns in index order.
+	Columns []IndexColumn
+}
+
+// IndexColumn is one part of an Index.
+type IndexColumn struct {
+	Name string
+	// Prefix is the number of leading characters (bytes for binary
+	// columns) indexed; 0 indexes the whole value.
+	Prefix int
+	// Desc is set for a descending part.
+	Desc bool
+}
+
+// IndexLister is implemented by sources that can list a table's secondary
+// indexes as the source's catalog holds them now.
+type IndexLister interface {
+	// Indexes returns the secondary indexes of a table, in name order
+	// (none for a table that does not exist).
+	Indexes(ctx context.Context, id TableID) ([]Index, error)
+}
+
+// IndexMirror is implemented by sinks that mirror the source's secondary
+// indexes onto their target tables.
+type IndexMirror interface {
+	// MirrorIndexes brings the target table's mirrored indexes to idx:
+	// creates the missing ones, drops those the source no longer has, and
+	// leaves indexes it did not create alone. An index the target cannot
+	// mirror is skipped with one log line naming it. A missing target
+	// table is not an error (nothing to index yet).
+	MirrorIndexes(ctx context.Context, id TableID, idx []Index) error
 }

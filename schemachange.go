@@ -122,6 +122,15 @@ type DDLEvent struct {
 	// From is, for a DDLCreateTable that comes from a rename, the table's
 	// old name (zero otherwise).
 	From TableID
+	// IndexesRead is set on a DDLAlterTable (ALTER TABLE, CREATE INDEX,
+	// DROP INDEX) when the source read the table's secondary indexes
+	// after the statement: Indexes then holds them, and a sink that
+	// mirrors indexes follows them. The catalog is read when the event
+	// is streamed, so a replayed event carries the indexes of now (a
+	// later event of the replay carries the same): the mirror converges
+	// on the source's current indexes.
+	IndexesRead bool
+	Indexes     []Index
 }
 
 // String describes the event for log lines (never any value).

@@ -23,6 +23,13 @@ import (
 //	  RENAME COLUMN old TO new
 //	  RENAME [TO | AS] t2
 //	  DROP | TRUNCATE | EXCHANGE PARTITION ...
+//	CREATE [OR REPLACE] [UNIQUE | FULLTEXT | SPATIAL] INDEX ... ON t ...
+//	DROP INDEX [IF EXISTS] name ON t
+//
+// Every ALTER TABLE and both index statements are reported as
+// DDLAlterTable; the Tailer attaches the table's secondary indexes read
+// after the statement (indexes.go), so index changes (ADD/DROP INDEX, a
+// dropped column that shrinks an index) are followed without parsing them.
 //
 // Temporary tables are never replicated. Only tables that pass the include
 // filter produce events.
@@ -217,6 +224,17 @@ func parseDDL(db, query string, version tidemark.Version, keep func(tidemark.Tab
 			emit(tidemark.DDLEvent{Op: tidemark.DDLTruncate, Table: id})
 		}
 	case p.accept("DROP"):
+		if p.accept("INDEX") {
+			// DROP INDEX [IF EXISTS] name ON t: the indexes changed.
+			p.accept("IF", "EXISTS")
+			if !p.next().isName() || !p.accept("ON") {
+				return nil
+			}
+			if id, ok := p.table(); ok {
+				emit(tidemark.DDLEvent{Op: tidemark.DDLAlterTable, Table: id})
+			}
+			return out
+		}
 		if p.accept("TEMPORARY") || !p.accept("TABLE") {
 			return nil
 		}
@@ -253,6 +271,27 @@ func parseDDL(db, query string, version tidemark.Version, keep func(tidemark.Tab
 		}
 	case p.accept("CREATE"):
 		replace := p.accept("OR", "REPLACE")
+		if p.accept("UNIQUE") || p.accept("FULLTEXT") || p.accept("SPATIAL") || p.peek().is("INDEX") {
+			// CREATE [UNIQUE|FULLTEXT|SPATIAL] INDEX [IF NOT EXISTS] name
+			// [USING type] ON t (...): the indexes changed.
+			if !p.accept("INDEX") {
+				return nil
+			}
+			p.accept("IF", "NOT", "EXISTS")
+			if !p.next().isName() {
+				return nil
+			}
+			if p.accept("USING") {
+				p.next()
+			}
+			if !p.accept("ON") {
+				return nil
+			}
+			if id, ok := p.table(); ok {
+				emit(tidemark.DDLEvent{Op: tidemark.DDLAlterTable, Table: id})
+			}
+			return out
+		}
 		if p.accept("TEMPORARY") || !p.accept("TABLE") {
 			return nil
 		}

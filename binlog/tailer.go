@@ -274,6 +274,14 @@ func (t *Tailer) tableFor(ctx context.Context, tm *replication.TableMapEvent) (*
 		}
 	}
 	ti, err := t.buildTable(tm, jc)
+	if err == nil && ti.table != nil {
+		// The secondary indexes, for a sink that mirrors them.
+		idx, ierr := t.readIndexes(ctx, id)
+		if ierr != nil {
+			return nil, ierr
+		}
+		ti.table.Indexes, ti.table.IndexesKnown = idx, true
+	}
 	if err != nil {
 		if errors.Is(err, tidemark.ErrSourceConfig) {
 			return nil, err // the server's settings: every table is affected
@@ -540,14 +548,24 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 			case strings.EqualFold(q, "COMMIT") || !tx.active:
 				// COMMIT of a non-transactional group, or a standalone
 				// statement (DDL) that is its own transaction.
-				t.addDDL(&tx, string(e.Schema), q, h)
+				if err := t.addDDL(ctx, &tx, string(e.Schema), q, h); err != nil {
+					if ctx.Err() != nil {
+						return progressed, nil
+					}
+					return progressed, fmt.Errorf("stream binlog of %s at %s:%d: %w", t.cfg.Name, file, h.LogPos, err)
+				}
 				if err := commit(h); err != nil {
 					return progressed, nil
 				}
 			default:
 				// A statement inside a transaction: CREATE TABLE …
 				// SELECT logs its CREATE with the rows.
-				t.addDDL(&tx, string(e.Schema), q, h)
+				if err := t.addDDL(ctx, &tx, string(e.Schema), q, h); err != nil {
+					if ctx.Err() != nil {
+						return progressed, nil
+					}
+					return progressed, fmt.Errorf("stream binlog of %s at %s:%d: %w", t.cfg.Name, file, h.LogPos, err)
+				}
 			}
 		case *replication.XIDEvent:
 			if err := commit(h); err != nil {
@@ -571,19 +589,37 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 }
 
 // addDDL records the schema changes of a statement of the current
-// transaction (see ddl.go). The caches of a changed table are dropped.
-func (t *Tailer) addDDL(tx *txState, db, query string, h *replication.EventHeader) {
+// transaction (see ddl.go). The caches of a changed table are dropped. An
+// ALTER TABLE (or CREATE/DROP INDEX) gets the table's secondary indexes as
+// the source has them now.
+func (t *Tailer) addDDL(ctx context.Context, tx *txState, db, query string, h *replication.EventHeader) error {
 	if tx.seq == 0 && !tx.hasGTID {
 		tx.seq = t.seqOf(0, "", h)
 	}
 	evs := parseDDL(db, query, tidemark.Version{Seq: tx.seq}, func(id tidemark.TableID) bool {
 		return t.cfg.included(id.Database, id.Name)
 	})
-	for _, ev := range evs {
+	for i := range evs {
+		ev := &evs[i]
 		delete(t.jsonCols, ev.Table)
 		t.cfg.Logger.Info("schema change", "source", t.cfg.Name, "event", ev.String(), "version", ev.Version.String())
+		// Decoded layouts of the table are read again (with its
+		// indexes) at its next table map.
+		for k, ti := range t.tables {
+			if ti.id == ev.Table {
+				delete(t.tables, k)
+			}
+		}
+		if ev.Op == tidemark.DDLAlterTable {
+			idx, err := t.readIndexes(ctx, ev.Table)
+			if err != nil {
+				return err
+			}
+			ev.Indexes, ev.IndexesRead = idx, true
+		}
 	}
 	tx.ddl = append(tx.ddl, evs...)
+	return nil
 }
 
 // seqOf returns the Version.Seq of a transaction starting with header h:

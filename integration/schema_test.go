@@ -60,8 +60,15 @@ func (f *fixture) exec(t *testing.T, sqls ...string) {
 // pgColumns lists a target table's columns without the _tm_ metadata.
 func (f *fixture) pgColumns(t *testing.T, schema, table string) string {
 	t.Helper()
+	return f.pgColumnsWhere(t, schema, table, "true")
+}
+
+// pgColumnsWhere is pgColumns of the columns that match cond (SQL over
+// information_schema.columns).
+func (f *fixture) pgColumnsWhere(t *testing.T, schema, table, cond string) string {
+	t.Helper()
 	rows, err := f.pg.Query(f.ctx, `SELECT column_name FROM information_schema.columns
-		WHERE table_schema = $1 AND table_name = $2 AND column_name NOT LIKE '\_tm\_%' ORDER BY ordinal_position`, schema, table)
+		WHERE table_schema = $1 AND table_name = $2 AND column_name NOT LIKE '\_tm\_%' AND `+cond+` ORDER BY ordinal_position`, schema, table)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -152,6 +152,19 @@ type PostgresConfig struct {
 	// ApplyTimeout bounds one attempt to apply a batch (default 30s): it
 	// is what detects a half-open connection.
 	ApplyTimeout time.Duration `yaml:"apply_timeout"`
+	// Mirror says what of the source's schema is mirrored beyond columns
+	// and the primary key (docs/schema-changes.md). Both default to true.
+	Mirror MirrorConfig `yaml:"mirror"`
+}
+
+// MirrorConfig turns index and NOT NULL mirroring on or off.
+type MirrorConfig struct {
+	// Indexes mirrors secondary indexes (unique ones as deferred unique
+	// constraints), built after a table's first load. Default true.
+	Indexes *bool `yaml:"indexes"`
+	// NotNull mirrors the source's NOT NULL (delete_mode hard). Default
+	// true.
+	NotNull *bool `yaml:"not_null"`
 }
 
 // BatchConfig bounds batches.
@@ -468,7 +481,9 @@ func (c *Config) PostgresSinkConfig() postgres.Config {
 	p := c.Target.Postgres
 	return postgres.Config{DSN: p.DSN, TargetSchema: p.Schema, DeleteMode: postgres.DeleteMode(p.DeleteMode), MaxConns: p.MaxConns,
 		ApplyTimeout: p.ApplyTimeout,
-		Schema:       postgres.SchemaPolicy{DropColumns: p.DropColumns, DropTable: p.DDL.DropTable, Truncate: p.DDL.Truncate}}
+		Schema:       postgres.SchemaPolicy{DropColumns: p.DropColumns, DropTable: p.DDL.DropTable, Truncate: p.DDL.Truncate},
+		SkipIndexes:  p.Mirror.Indexes != nil && !*p.Mirror.Indexes,
+		SkipNotNull:  p.Mirror.NotNull != nil && !*p.Mirror.NotNull}
 }
 
 // needPostgres is the error of a command that works on the PostgreSQL

@@ -10,6 +10,7 @@
 //	tidemark resync --config F --table T  re-snapshot a (quarantined) table
 //	tidemark verify --config F            compare source and target in-database
 //	tidemark status --config F            positions, retention headroom, lag
+//	tidemark plan --config F              print the target DDL, run nothing
 //	tidemark demo                         run the demo on the local services
 //	tidemark version                      print the version
 package main
@@ -83,6 +84,8 @@ commands:
                              compare source and target; exit 0 equal, 1 different, 2 error
   status --config FILE [--json]
                              checkpoint, binlog retention headroom, per-table watermark/mode/lag
+  plan --config FILE         print the DDL tidemark would run on the target (tables, NOT NULL,
+                             mirrored indexes) without running it
   demo                       replicate a demo workload on the local services (make demo)
   version                    print the version`)
 }
@@ -110,6 +113,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdVerify(ctx, args[1:], stdout, stderr, func(c *Config) VerifyConfig { return c.Verify })
 	case "status":
 		return cmdStatus(ctx, args[1:], stdout, stderr)
+	case "plan":
+		return cmdPlan(ctx, args[1:], stdout, stderr)
 	case "demo":
 		return cmdDemo(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":

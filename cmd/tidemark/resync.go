@@ -69,6 +69,14 @@ func snapshotTables(c *fallback.CatchUp, r *binlog.Reader, s *postgres.Sink, rep
 				return tidemark.Version{}, err
 			}
 		}
+		// The secondary indexes, now that the rows are in. A constraint
+		// the rows violate fails the snapshot: the pipeline quarantines
+		// the table.
+		for _, tr := range rep.Tables {
+			if err := mirrorIndexes(ctx, r, s, tr.Table); err != nil {
+				return tidemark.Version{}, err
+			}
+		}
 		return rep.Snapshot.Version, nil
 	}
 }
@@ -98,6 +106,9 @@ func catchUpStreaming(ctx context.Context, c *fallback.CatchUp, r *binlog.Reader
 			} else if qerr != nil {
 				return rep, qerr
 			}
+			if err == nil {
+				err = mirrorAfterLoad(ctx, rep, r, s, source, skip, log)
+			}
 			return rep, err
 		}
 		all, err := r.Tables(ctx)
@@ -123,6 +134,9 @@ func catchUpStreaming(ctx context.Context, c *fallback.CatchUp, r *binlog.Reader
 			}
 			return rep, err
 		}
+		if err := mirrorAfterLoad(ctx, rep, r, s, source, skip, log); err != nil {
+			return rep, err
+		}
 		// RunReport with a table list leaves the checkpoint alone. It is
 		// stored through the pipeline's target, so that with Kafka as well
 		// both sinks move (the fan-out resumes from the older one).
@@ -131,6 +145,39 @@ func catchUpStreaming(ctx context.Context, c *fallback.CatchUp, r *binlog.Reader
 		}
 		return rep, nil
 	}
+}
+
+// mirrorIndexes mirrors the source's current secondary indexes of a table
+// onto its target (a no-op when they are already there).
+func mirrorIndexes(ctx context.Context, r *binlog.Reader, s *postgres.Sink, id tidemark.TableID) error {
+	idx, err := r.Indexes(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := s.MirrorIndexes(ctx, id, idx); err != nil {
+		return fmt.Errorf("mirror the indexes of %s: %w", id, err)
+	}
+	return nil
+}
+
+// mirrorAfterLoad mirrors the indexes of the tables a catch-up loaded. A
+// table whose rows violate a mirrored constraint is quarantined.
+func mirrorAfterLoad(ctx context.Context, rep fallback.Report, r *binlog.Reader, s *postgres.Sink, source string, skip map[tidemark.TableID]bool, log *slog.Logger) error {
+	for _, tr := range rep.Tables {
+		if skip[tr.Table] {
+			continue
+		}
+		err := mirrorIndexes(ctx, r, s, tr.Table)
+		if ok, qerr := quarantineOn(ctx, err, s, source, skip, log); ok {
+			continue
+		} else if qerr != nil {
+			return qerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // quarantineOn records the table of a *tidemark.TableError (a table whose

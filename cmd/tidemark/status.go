@@ -13,7 +13,6 @@ import (
 	"tidemark"
 	"tidemark/binlog"
 	"tidemark/checkpoint"
-	"tidemark/sink/postgres"
 )
 
 // Table modes. There is no per-table state store yet: every table found in
@@ -169,16 +168,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if controlSchema == "" {
 		controlSchema = checkpoint.DefaultSchema
 	}
-	store, err := checkpoint.New(checkpoint.Config{Schema: controlSchema})
-	if err != nil {
-		fmt.Fprintln(stderr, "tidemark:", err)
-		return exitUsage
-	}
-	pc := cfg.PostgresSinkConfig()
-	pc.Checkpoints = store
-	pc.Logger = log.With("component", "postgres")
-	pc.Retry.Attempts = 3
-	sink, err := postgres.Open(ctx, pc)
+	sink, err := openCommandSink(ctx, cfg, log, false)
 	if err != nil {
 		log.Error("status failed", "err", err)
 		return exitFailed

@@ -85,6 +85,9 @@ func (s *Sink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStat
 	})
 	if err != nil {
 		s.forgetOnMissing(err, p)
+		if cerr := applyConstraintFailed(err, p); cerr != nil {
+			return tidemark.ApplyStats{}, redact(cerr, s.secret)
+		}
 		return tidemark.ApplyStats{}, redact(err, s.secret)
 	}
 	s.log.Debug("applied batch", "source", b.Source, "changes", len(b.Changes),

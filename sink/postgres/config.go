@@ -59,6 +59,17 @@ type Config struct {
 	// Schema says how the source's schema changes are followed (see
 	// SchemaPolicy and docs/schema-changes.md).
 	Schema SchemaPolicy
+	// SkipIndexes turns index mirroring off: MirrorIndexes and the index
+	// lists of DDL events are ignored. Default: mirrored (indexes.go).
+	SkipIndexes bool
+	// SkipNotNull turns NOT NULL mirroring off: only key columns are NOT
+	// NULL in the target. Default: the source's NOT NULL columns are NOT
+	// NULL in the target (delete mode hard only).
+	SkipNotNull bool
+	// SkipInit makes Open leave the checkpoint tables alone (it neither
+	// checks nor creates them): for commands that change nothing on the
+	// target (tidemark plan).
+	SkipInit bool
 }
 
 func (c Config) withDefaults() Config {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -102,6 +103,10 @@ type alignment struct {
 	// Kept lists target columns that the source dropped (drop_columns:
 	// keep).
 	Kept []string `json:"kept,omitempty"`
+	// Indexes maps the name of each index or constraint the sink created
+	// to mirror a source index to the statement that created it
+	// (indexes.go). Others on the table are never touched.
+	Indexes map[string]string `json:"indexes,omitempty"`
 }
 
 type alignedColumn struct {
@@ -139,33 +144,36 @@ func (a *alignment) column(name string) (tidemark.Column, bool) {
 
 // targetTable is what the catalog says about a target table.
 type targetTable struct {
-	exists bool
-	types  map[string]string // column → canonical PostgreSQL type
-	key    []string          // primary key columns, in order
-	align  *alignment        // nil: no (readable) alignment comment
+	exists  bool
+	types   map[string]string // column → canonical PostgreSQL type
+	notNull map[string]bool   // column → NOT NULL
+	key     []string          // primary key columns, in order
+	align   *alignment        // nil: no (readable) alignment comment
 }
 
 // readTarget reads a target table's columns, primary key and alignment.
 func readTarget(ctx context.Context, tx pgx.Tx, qname string) (*targetTable, error) {
-	t := &targetTable{types: map[string]string{}}
+	t := &targetTable{types: map[string]string{}, notNull: map[string]bool{}}
 	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", qname).Scan(&t.exists); err != nil {
 		return nil, err
 	}
 	if !t.exists {
 		return t, nil
 	}
-	rows, err := tx.Query(ctx, `SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
+	rows, err := tx.Query(ctx, `SELECT attname, format_type(atttypid, atttypmod), attnotnull FROM pg_attribute
 WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, qname)
 	if err != nil {
 		return nil, err
 	}
 	for rows.Next() {
 		var name, typ string
-		if err := rows.Scan(&name, &typ); err != nil {
+		var notNull bool
+		if err := rows.Scan(&name, &typ, &notNull); err != nil {
 			rows.Close()
 			return nil, err
 		}
 		t.types[name] = canonType(typ)
+		t.notNull[name] = notNull
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -368,11 +376,13 @@ func (d *tableDef) evolve(t *targetTable, policy SchemaPolicy) (*evolution, erro
 	if old != nil {
 		oldKey = old.Key
 		ev.align.Kept = slices.Clone(old.Kept)
+		ev.align.Indexes = old.Indexes
 	}
 	if newKey := d.table.KeyNames(); !slices.Equal(oldKey, newKey) {
 		return nil, d.incompatible("business key changed from (%s) to (%s)", strings.Join(oldKey, ", "), strings.Join(newKey, ", "))
 	}
 	present := map[string]bool{}
+	added := map[string]bool{} // columns added (nullable) by this evolution
 	for i := range d.table.Columns {
 		n := d.table.Columns[i]
 		present[n.Name] = true
@@ -393,6 +403,7 @@ func (d *tableDef) evolve(t *targetTable, policy SchemaPolicy) (*evolution, erro
 			switch {
 			case !inTarget:
 				alter("ADD COLUMN %s %s", q(n.Name), d.types[i])
+				added[n.Name] = true
 			case have != want && cls == colWiden:
 				alter("ALTER COLUMN %s TYPE %s%s", q(n.Name), d.types[i], usingFor(n.Name, have, want))
 			}
@@ -402,6 +413,7 @@ func (d *tableDef) evolve(t *targetTable, policy SchemaPolicy) (*evolution, erro
 			// the ADD is seen). Start over with NULLs, like the source.
 			alter("DROP COLUMN %s", q(n.Name))
 			alter("ADD COLUMN %s %s", q(n.Name), d.types[i])
+			added[n.Name] = true
 			ev.align.Kept = slices.DeleteFunc(ev.align.Kept, func(s string) bool { return s == n.Name })
 		case inTarget:
 			// No alignment for this column (a table from before
@@ -415,6 +427,7 @@ func (d *tableDef) evolve(t *targetTable, policy SchemaPolicy) (*evolution, erro
 			}
 		default:
 			alter("ADD COLUMN %s %s", q(n.Name), d.types[i])
+			added[n.Name] = true
 		}
 	}
 	// Columns the source no longer has.
@@ -453,6 +466,22 @@ func (d *tableDef) evolve(t *targetTable, policy SchemaPolicy) (*evolution, erro
 		}
 	}
 	slices.Sort(ev.align.Kept)
+	// NOT NULL: the source's (mirrored, d.notNull), dropped where the
+	// source dropped it; a kept column gets NULL in new rows.
+	for i, c := range d.table.Columns {
+		if want, have := d.notNull[i], t.notNull[c.Name] && !added[c.Name]; want != have && !d.keySet[i] {
+			if want {
+				alter("ALTER COLUMN %s SET NOT NULL", q(c.Name))
+			} else {
+				alter("ALTER COLUMN %s DROP NOT NULL", q(c.Name))
+			}
+		}
+	}
+	for _, name := range ev.align.Kept {
+		if t.notNull[name] && !slices.Contains(t.key, name) {
+			alter("ALTER COLUMN %s DROP NOT NULL", q(name))
+		}
+	}
 	return ev, nil
 }
 
@@ -487,7 +516,7 @@ func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, directSafe 
 			return d.wrap("record the schema of", err)
 		}
 		*directSafe = true // created with the business key as primary key
-		return nil
+		return s.ensureIndexes(ctx, tx, d)
 	}
 	for _, c := range []string{colSeq, colIdx, colCommitTime, colLoadedAt} {
 		if _, ok := t.types[c]; !ok {
@@ -508,6 +537,9 @@ func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, directSafe 
 	for _, stmt := range ev.stmts {
 		s.log.Info("following a schema change of the source", "table", d.display, "source_table", d.id.String(), "ddl", stmt)
 		if _, err := tx.Exec(ctx, stmt); err != nil {
+			if cerr := constraintFailed(d.id, d.display, err); cerr != nil {
+				return cerr
+			}
 			return d.wrap("alter table", err)
 		}
 	}
@@ -526,6 +558,34 @@ func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, directSafe 
 			d.qname).Scan(directSafe); err != nil {
 			return d.wrap("read the primary key of", err)
 		}
+	}
+	return s.ensureIndexes(ctx, tx, d)
+}
+
+// ensureIndexes mirrors the indexes of a streamed table schema (one that
+// knows them: a snapshot's does not, its indexes come after the load) in
+// ensureTx's transaction. A table the stream creates is empty: its
+// indexes are built at once.
+func (s *Sink) ensureIndexes(ctx context.Context, tx pgx.Tx, d *tableDef) error {
+	if !d.table.IndexesKnown || s.cfg.SkipIndexes {
+		return nil
+	}
+	t, err := readTarget(ctx, tx, d.qname)
+	if err != nil {
+		return d.wrap("read the target schema of", err)
+	}
+	if t.align == nil {
+		return nil
+	}
+	before := maps.Clone(t.align.Indexes)
+	if _, err := s.mirrorTx(ctx, tx, d.id, d.qname, t, t.align, d.table.Indexes, false); err != nil {
+		return err
+	}
+	if maps.Equal(before, t.align.Indexes) {
+		return nil
+	}
+	if err := setAlignment(ctx, tx, d.qname, t.align); err != nil {
+		return d.wrap("record the indexes of", err)
 	}
 	return nil
 }
@@ -767,8 +827,16 @@ func (s *Sink) alterEvent(ctx context.Context, tx pgx.Tx, qname string, ev tidem
 			if a != nil {
 				a.Kept = slices.DeleteFunc(a.Kept, func(s string) bool { return s == c })
 			}
-		} else if a != nil && !slices.Contains(a.Kept, c) {
-			a.Kept = append(a.Kept, c)
+		} else {
+			if a != nil && !slices.Contains(a.Kept, c) {
+				a.Kept = append(a.Kept, c)
+			}
+			if t.notNull[c] {
+				// Rows inserted from now on have no value for it.
+				if err := exec("ALTER TABLE " + qname + " ALTER COLUMN " + q(c) + " DROP NOT NULL"); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	for _, c := range ev.Added {
@@ -782,6 +850,12 @@ func (s *Sink) alterEvent(ctx context.Context, tx pgx.Tx, qname string, ev tidem
 		}
 		delete(t.types, c)
 		a.Kept = slices.DeleteFunc(a.Kept, func(s string) bool { return s == c })
+	}
+	if a != nil && ev.IndexesRead && !s.cfg.SkipIndexes {
+		// The indexes as the source has them after the statement.
+		if _, err := s.mirrorTx(ctx, tx, ev.Table, qname, t, a, ev.Indexes, false); err != nil {
+			return err
+		}
 	}
 	if a != nil {
 		slices.Sort(a.Kept)

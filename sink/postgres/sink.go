@@ -55,6 +55,8 @@ type Sink struct {
 	defs    map[defKey]*tableDef // built definitions
 	ensured map[defKey]bool      // target table checked (and created) in a committed transaction
 	direct  map[defKey]*directState
+	// skipLogged remembers the unmirrorable indexes already logged.
+	skipLogged map[string]bool
 
 	directRows, directConflicts atomic.Int64
 
@@ -66,6 +68,9 @@ type Sink struct {
 type defKey struct {
 	id          tidemark.TableID
 	fingerprint string
+	// indexes is the table's secondary indexes when the schema knows
+	// them: a new index list is ensured (mirrored) again.
+	indexes string
 }
 
 var (
@@ -96,19 +101,23 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 			"host", pcfg.ConnConfig.Host, "database", pcfg.ConnConfig.Database)
 	}
 	s := &Sink{
-		cfg:     cfg,
-		log:     log,
-		rlog:    &tidemark.RateLimitedLogger{Logger: log},
-		secret:  pcfg.ConnConfig.Password,
-		defs:    map[defKey]*tableDef{},
-		ensured: map[defKey]bool{},
-		direct:  map[defKey]*directState{},
+		cfg:        cfg,
+		log:        log,
+		rlog:       &tidemark.RateLimitedLogger{Logger: log},
+		secret:     pcfg.ConnConfig.Password,
+		defs:       map[defKey]*tableDef{},
+		ensured:    map[defKey]bool{},
+		direct:     map[defKey]*directState{},
+		skipLogged: map[string]bool{},
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres sink: %w", redact(err, s.secret))
 	}
 	s.pool = pool
+	if cfg.SkipInit {
+		return s, nil
+	}
 	if err := s.Init(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -184,13 +193,16 @@ func (s *Sink) Close() error {
 
 // def returns the cached definition of t, building it on first sight.
 func (s *Sink) def(t *tidemark.Table) (*tableDef, defKey, error) {
-	k := defKey{t.ID, t.Fingerprint()}
+	k := defKey{id: t.ID, fingerprint: t.Fingerprint()}
+	if t.IndexesKnown {
+		k.indexes = fmt.Sprint(t.Indexes)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if d, ok := s.defs[k]; ok {
 		return d, k, nil
 	}
-	d, err := newTableDef(t, s.cfg.TargetSchema, s.cfg.DeleteMode)
+	d, err := newTableDef(t, s.cfg.TargetSchema, s.cfg.DeleteMode, !s.cfg.SkipNotNull)
 	if err != nil {
 		return nil, k, err
 	}

@@ -57,6 +57,7 @@ type tableDef struct {
 	stage   string // staging table name, unquoted (in pg_temp)
 	types   []string
 	keySet  []bool
+	notNull []bool // NOT NULL in the target: key columns, and the source's NOT NULL (mirrored)
 	soft    bool
 
 	createTableSQL string
@@ -71,8 +72,11 @@ type tableDef struct {
 	directCopySQL  string   // binary COPY into the target table
 }
 
-// newTableDef validates t and builds its definition.
-func newTableDef(t *tidemark.Table, targetSchema string, mode DeleteMode) (*tableDef, error) {
+// newTableDef validates t and builds its definition. With mirrorNotNull,
+// the source's NOT NULL columns are NOT NULL in the target too, in delete
+// mode hard only: a soft-delete tombstone may hold NULL where the source
+// never does (a key-diff tombstone carries its key alone).
+func newTableDef(t *tidemark.Table, targetSchema string, mode DeleteMode, mirrorNotNull bool) (*tableDef, error) {
 	d := &tableDef{id: t.ID, table: t, schema: targetSchema, name: t.ID.Name, soft: mode == DeleteSoft}
 	if d.schema == "" {
 		d.schema = t.ID.Database
@@ -127,6 +131,10 @@ func newTableDef(t *tidemark.Table, targetSchema string, mode DeleteMode) (*tabl
 		}
 		d.keySet[k] = true
 	}
+	d.notNull = make([]bool, len(t.Columns))
+	for i := range t.Columns {
+		d.notNull[i] = d.keySet[i] || (mirrorNotNull && !d.soft && !t.Columns[i].Nullable)
+	}
 	d.buildSQL()
 	return d, nil
 }
@@ -143,14 +151,14 @@ func (d *tableDef) buildSQL() {
 	}
 	q := quoteIdent
 
-	// Target table. Only key columns are NOT NULL: the source enforces the
-	// rest, and a soft-delete tombstone carries whatever the before image
-	// holds.
+	// Target table. Key columns are NOT NULL, and so are the source's NOT
+	// NULL columns when they are mirrored (d.notNull). Secondary indexes
+	// come after the first load (indexes.go).
 	var b strings.Builder
 	fmt.Fprintf(&b, "CREATE TABLE IF NOT EXISTS %s (\n", d.qname)
 	for i := range t.Columns {
 		fmt.Fprintf(&b, "\t%s %s", cols[i], d.types[i])
-		if d.keySet[i] {
+		if d.notNull[i] {
 			b.WriteString(" NOT NULL")
 		}
 		b.WriteString(",\n")

@@ -1,0 +1,412 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"tidemark"
+)
+
+// Index and constraint mirroring (docs/schema-changes.md, "Indexes and NOT
+// NULL").
+//
+// The source's secondary indexes (tidemark.Index) are mirrored onto the
+// target table, never while a table is first loaded: a new target table is
+// created with its primary key only, and MirrorIndexes builds the indexes
+// once the snapshot has loaded it (one sort per index instead of index
+// maintenance per row). After that, every ALTER TABLE / CREATE INDEX /
+// DROP INDEX of the source carries the table's indexes (DDLEvent.Indexes)
+// and ApplyDDL brings the mirror to them in the DDL's transaction.
+//
+//   - A non-unique index is CREATE INDEX on the same columns, in the same
+//     order and direction.
+//   - A unique index is a UNIQUE constraint, DEFERRABLE INITIALLY DEFERRED:
+//     the sink writes a batch's final values in one statement, and an
+//     immediate check would fail on values two rows swap within the batch
+//     (the source checks row by row, in its own order). Checked at commit,
+//     the target holds exactly what the source allowed. In delete mode
+//     soft, and for a unique prefix index, it is an exclusion constraint
+//     (btree, =) — deferrable too — so that tombstones (WHERE NOT
+//     _tm_deleted) and prefixes can be expressed.
+//   - A prefix part (KEY (body(100))) indexes left(col, n) for text and
+//     substring(col from 1 for n) for bytea: MySQL counts characters
+//     (bytes for binary strings), and so do those functions. A query must
+//     use the same expression to use such an index. Whole values of a long
+//     column would also overflow PostgreSQL's b-tree entry limit (~2700
+//     bytes), which is why the source indexes a prefix.
+//   - FULLTEXT, SPATIAL and other non-b-tree indexes, an index on a column
+//     that is not replicated (exclude_columns) and an index whose name is
+//     not a valid identifier are skipped, with one log line naming the
+//     index and why.
+//
+// Names: "<table>_<index>", cut to PostgreSQL's 63 bytes with a hash of the
+// full name when longer. The alignment comment records every index and
+// constraint the sink created, with its statement: only those are ever
+// dropped or rebuilt (an index added by hand on the target stays), and a
+// changed definition (a different column list under the same name, a
+// renamed column) is dropped and built again.
+//
+// A constraint the target's rows cannot satisfy — SET NOT NULL over a
+// NULL, a unique index over duplicates, at DDL time or when a batch
+// commits — means the target is not what the source holds (for example an
+// ALTER … NOT NULL that turned NULLs into defaults on the source without
+// logging them, which the binlog cannot show). Nothing is dropped and
+// nothing is skipped in silence: the table is quarantined with one message
+// naming the constraint and the column, and `tidemark resync --table`
+// reloads it from the source, after which the constraint is built again.
+
+// pgNameMax is PostgreSQL's identifier limit in bytes (NAMEDATALEN - 1).
+const pgNameMax = 63
+
+// pgIndexName returns the target name of a source index of table.
+func pgIndexName(table, index string) string {
+	n := table + "_" + index
+	if len(n) <= pgNameMax {
+		return n
+	}
+	h := fnv.New32a()
+	h.Write([]byte(n))
+	suffix := fmt.Sprintf("_%08x", h.Sum32())
+	cut := pgNameMax - len(suffix)
+	for cut > 0 && !utf8.RuneStart(n[cut]) {
+		cut--
+	}
+	return n[:cut] + suffix
+}
+
+// indexSpec is the mirror of one source index.
+type indexSpec struct {
+	name   string // target name (index or constraint)
+	create string // statement that creates it
+	drop   string // statement that drops it
+}
+
+// skippedIndex is a source index that cannot be mirrored, and why.
+type skippedIndex struct {
+	index  string
+	reason string
+}
+
+// indexSpecs maps the source indexes of a table to target statements.
+// types holds the target's columns and their (canonical) types.
+func indexSpecs(schema, table, qname string, soft bool, types map[string]string, idx []tidemark.Index) ([]indexSpec, []skippedIndex) {
+	var out []indexSpec
+	var skipped []skippedIndex
+	q := quoteIdent
+	for _, ix := range idx {
+		if ix.Type != "" && ix.Type != "BTREE" && ix.Type != "HASH" {
+			skipped = append(skipped, skippedIndex{ix.Name, fmt.Sprintf("a %s index has no PostgreSQL b-tree equivalent", ix.Type)})
+			continue
+		}
+		if err := tidemark.CheckIdentifier("index", ix.Name); err != nil {
+			skipped = append(skipped, skippedIndex{ix.Name, err.Error()})
+			continue
+		}
+		if len(ix.Columns) == 0 {
+			continue
+		}
+		var parts []string
+		prefixed, bad := false, ""
+		for _, c := range ix.Columns {
+			typ, ok := types[c.Name]
+			if !ok || strings.HasPrefix(c.Name, reservedPrefix) {
+				bad = fmt.Sprintf("column %q is not replicated (exclude_columns?)", c.Name)
+				break
+			}
+			expr := q(c.Name)
+			if c.Prefix > 0 {
+				switch {
+				case typ == "bytea":
+					expr = fmt.Sprintf("(substring(%s from 1 for %d))", q(c.Name), c.Prefix)
+					prefixed = true
+				case typ == "text" || strings.HasPrefix(typ, "character"):
+					expr = fmt.Sprintf("(left(%s, %d))", q(c.Name), c.Prefix)
+					prefixed = true
+				}
+			}
+			parts = append(parts, expr)
+		}
+		if bad != "" {
+			skipped = append(skipped, skippedIndex{ix.Name, bad})
+			continue
+		}
+		name := pgIndexName(table, ix.Name)
+		if name == table+"_pkey" {
+			skipped = append(skipped, skippedIndex{ix.Name, "its target name " + name + " is the primary key's"})
+			continue
+		}
+		sp := indexSpec{name: name}
+		switch {
+		case ix.Unique && !soft && !prefixed:
+			sp.create = fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s UNIQUE (%s) DEFERRABLE INITIALLY DEFERRED", qname, q(name), strings.Join(parts, ", "))
+			sp.drop = fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s", qname, q(name))
+		case ix.Unique:
+			elems := make([]string, len(parts))
+			for i, p := range parts {
+				elems[i] = p + " WITH ="
+			}
+			where := ""
+			if soft {
+				where = fmt.Sprintf(" WHERE (NOT %s)", q(colDeleted))
+			}
+			sp.create = fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s EXCLUDE USING btree (%s)%s DEFERRABLE INITIALLY DEFERRED", qname, q(name), strings.Join(elems, ", "), where)
+			sp.drop = fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s", qname, q(name))
+		default:
+			for i, c := range ix.Columns {
+				if c.Desc {
+					parts[i] += " DESC"
+				}
+			}
+			sp.create = fmt.Sprintf("CREATE INDEX %s ON %s (%s)", q(name), qname, strings.Join(parts, ", "))
+			sp.drop = fmt.Sprintf("DROP INDEX IF EXISTS %s.%s", q(schema), q(name))
+		}
+		out = append(out, sp)
+	}
+	return out, skipped
+}
+
+// dropFor returns the statement that drops a mirrored index recorded with
+// its create statement.
+func dropFor(schema, qname, name, create string) string {
+	if strings.HasPrefix(create, "ALTER TABLE") {
+		return fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s", qname, quoteIdent(name))
+	}
+	return fmt.Sprintf("DROP INDEX IF EXISTS %s.%s", quoteIdent(schema), quoteIdent(name))
+}
+
+// mirrorTx brings the mirrored indexes of the target table (t, with
+// alignment a, which it updates) to idx, in tx. With dry it only returns
+// the statements it would run.
+func (s *Sink) mirrorTx(ctx context.Context, tx pgx.Tx, id tidemark.TableID, qname string, t *targetTable, a *alignment, idx []tidemark.Index, dry bool) ([]string, error) {
+	schema, table, _, err := s.targetOf(id)
+	if err != nil {
+		return nil, &tidemark.TableError{Table: id, Err: err}
+	}
+	specs, skipped := indexSpecs(schema, table, qname, s.cfg.DeleteMode == DeleteSoft, t.types, idx)
+	for _, sk := range skipped {
+		s.logSkipOnce(id, sk)
+	}
+	existing := map[string]bool{}
+	if t.exists {
+		rows, err := tx.Query(ctx, `SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1::regclass`, qname)
+		if err != nil {
+			return nil, fmt.Errorf("read the indexes of %s: %w", qname, err)
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, fmt.Errorf("read the indexes of %s: %w", qname, err)
+		}
+		for _, n := range names {
+			existing[n] = true
+		}
+	}
+	want := map[string]indexSpec{}
+	for _, sp := range specs {
+		want[sp.name] = sp
+	}
+	var stmts []string
+	managed := maps.Clone(a.Indexes)
+	if managed == nil {
+		managed = map[string]string{}
+	}
+	// Drop what the source no longer has, or has differently.
+	for _, name := range slices.Sorted(maps.Keys(managed)) {
+		create := managed[name]
+		if sp, ok := want[name]; ok && sp.create == create && existing[name] {
+			continue
+		}
+		if existing[name] {
+			stmts = append(stmts, dropFor(schema, qname, name, create))
+			existing[name] = false
+		}
+		delete(managed, name)
+	}
+	var creates []indexSpec
+	for _, sp := range specs {
+		if _, ok := managed[sp.name]; ok {
+			continue
+		}
+		if existing[sp.name] {
+			s.logSkipOnce(id, skippedIndex{sp.name, "the target table already has an index of that name that tidemark did not create"})
+			continue
+		}
+		stmts = append(stmts, sp.create)
+		creates = append(creates, sp)
+	}
+	if dry || len(stmts) == 0 {
+		return stmts, nil
+	}
+	for _, stmt := range stmts {
+		s.log.Info("mirroring the indexes of the source", "table", qname, "source_table", id.String(), "ddl", stmt)
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			if cerr := constraintFailed(id, qname, err); cerr != nil {
+				return nil, cerr
+			}
+			return nil, fmt.Errorf("mirror the indexes of %s: %w", qname, err)
+		}
+	}
+	for _, sp := range creates {
+		managed[sp.name] = sp.create
+	}
+	if len(managed) == 0 {
+		managed = nil
+	}
+	a.Indexes = managed
+	return stmts, nil
+}
+
+// logSkipOnce logs, once per process, that an index is not mirrored.
+func (s *Sink) logSkipOnce(id tidemark.TableID, sk skippedIndex) {
+	key := id.String() + "\x00" + sk.index + "\x00" + sk.reason
+	s.mu.Lock()
+	seen := s.skipLogged[key]
+	s.skipLogged[key] = true
+	s.mu.Unlock()
+	if !seen {
+		s.log.Warn("index not mirrored", "source_table", id.String(), "index", sk.index, "reason", sk.reason)
+	}
+}
+
+var _ tidemark.IndexMirror = (*Sink)(nil)
+
+// MirrorIndexes implements tidemark.IndexMirror, in one transaction under
+// the DDL lock. With Config.SkipIndexes it does nothing.
+func (s *Sink) MirrorIndexes(ctx context.Context, id tidemark.TableID, idx []tidemark.Index) error {
+	if s.cfg.SkipIndexes {
+		return nil
+	}
+	_, _, qname, err := s.targetOf(id)
+	if err != nil {
+		return err
+	}
+	err = tidemark.Retry(ctx, "mirror the indexes of "+qname, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+		return redact(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", ddlLockKey); err != nil {
+				return fmt.Errorf("lock for DDL: %w", err)
+			}
+			t, err := readTarget(ctx, tx, qname)
+			if err != nil {
+				return fmt.Errorf("read the target schema of %s: %w", qname, err)
+			}
+			if !t.exists || t.align == nil {
+				return nil // nothing loaded yet, or not a table tidemark aligns
+			}
+			before := maps.Clone(t.align.Indexes)
+			if _, err := s.mirrorTx(ctx, tx, id, qname, t, t.align, idx, false); err != nil {
+				return err
+			}
+			if maps.Equal(before, t.align.Indexes) {
+				return nil
+			}
+			if err := setAlignment(ctx, tx, qname, t.align); err != nil {
+				return fmt.Errorf("record the indexes of %s: %w", qname, err)
+			}
+			return nil
+		}), s.secret)
+	})
+	return redact(err, s.secret)
+}
+
+// Plan returns the DDL the sink would run on the target for table t with
+// secondary indexes idx: the schema and table when missing (then the
+// indexes built after the first load), or what aligning the existing
+// table to t and idx takes. It runs nothing: the catalog is read in a
+// read-only transaction.
+func (s *Sink) Plan(ctx context.Context, t *tidemark.Table, idx []tidemark.Index) ([]string, error) {
+	d, _, err := s.def(t)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	err = s.retry(ctx, "plan "+d.display, func(ctx context.Context) error {
+		out = nil
+		return redact(pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+			tt, err := readTarget(ctx, tx, d.qname)
+			if err != nil {
+				return d.wrap("read the target schema of", err)
+			}
+			a := alignmentOf(d.table)
+			if !tt.exists {
+				var schemaExists bool
+				if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", d.schema).Scan(&schemaExists); err != nil {
+					return d.wrap("look up schema of table", err)
+				}
+				if !schemaExists {
+					out = append(out, "CREATE SCHEMA IF NOT EXISTS "+quoteIdent(d.schema))
+				}
+				out = append(out, d.createTableSQL)
+				tt.types = map[string]string{}
+				for i, c := range d.table.Columns {
+					tt.types[c.Name] = canonType(d.types[i])
+				}
+			} else {
+				ev, err := d.evolve(tt, s.cfg.Schema)
+				if err != nil {
+					return err
+				}
+				out = append(out, ev.stmts...)
+				if tt.align != nil {
+					a = tt.align
+				}
+			}
+			if s.cfg.SkipIndexes {
+				return nil
+			}
+			stmts, err := s.mirrorTx(ctx, tx, d.id, d.qname, tt, a, idx, true)
+			out = append(out, stmts...)
+			return err
+		}), s.secret)
+	})
+	return out, redact(err, s.secret)
+}
+
+// constraintFailed turns the failure of a constraint on the target's rows
+// (SET NOT NULL over a NULL, a unique index over duplicates) into the
+// *tidemark.TableError that quarantines the table; nil for other errors.
+func constraintFailed(id tidemark.TableID, target string, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return nil
+	}
+	var what string
+	switch pgErr.Code {
+	case "23502":
+		what = fmt.Sprintf("column %q holds NULL in the target where the source declares NOT NULL", pgErr.ColumnName)
+		if pgErr.ColumnName == "" {
+			what = "a column holds NULL in the target where the source declares NOT NULL (" + pgErr.Message + ")"
+		}
+	case "23505", "23P01":
+		what = fmt.Sprintf("rows of the target violate the mirrored unique index %q (%s)", pgErr.ConstraintName, pgErr.Message)
+	default:
+		return nil
+	}
+	return &tidemark.TableError{Table: id, Err: fmt.Errorf("target %s: %s: the target does not hold what the source does (resync the table): %w",
+		target, what, tidemark.ErrIncompatibleSchema)}
+}
+
+// applyConstraintFailed maps a batch's failure on a mirrored constraint (a
+// deferred unique check at commit, a NOT NULL) to the table it belongs to.
+func applyConstraintFailed(err error, p *batchPlan) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.TableName == "" {
+		return nil
+	}
+	for _, g := range p.groups {
+		if g.def.schema == pgErr.SchemaName && g.def.name == pgErr.TableName {
+			if pgErr.Code == "23505" && strings.HasSuffix(pgErr.ConstraintName, "_pkey") {
+				return nil // the primary key: not a mirrored constraint
+			}
+			return constraintFailed(g.def.id, g.def.display, err)
+		}
+	}
+	return nil
+}
