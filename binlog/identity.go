@@ -18,6 +18,9 @@ type serverState struct {
 	id tidemark.SourceIdentity
 	// gtidPos is @@gtid_binlog_pos (MariaDB) or @@gtid_executed (MySQL).
 	gtidPos string
+	// gtidState is MariaDB's @@gtid_binlog_state: the last GTID of each
+	// (domain, server_id) in the binlog.
+	gtidState string
 	// strict and slaveUpdates are MariaDB's gtid_strict_mode and
 	// log_slave_updates.
 	strict, slaveUpdates bool
@@ -33,7 +36,7 @@ func (t *Tailer) readServer(ctx context.Context) (serverState, error) {
 	st.id = tidemark.SourceIdentity{Flavor: t.cfg.Flavor, Scheme: t.cfg.Version}
 	var base string
 	if t.cfg.Flavor == FlavorMariaDB {
-		r, err := t.query(ctx, "SELECT @@server_id, @@log_bin_basename, @@gtid_domain_id, @@gtid_strict_mode, @@log_slave_updates, @@gtid_binlog_pos")
+		r, err := t.query(ctx, "SELECT @@server_id, @@log_bin_basename, @@gtid_domain_id, @@gtid_strict_mode, @@log_slave_updates, @@gtid_binlog_pos, @@gtid_binlog_state")
 		if err != nil {
 			return st, fmt.Errorf("read identity of source %s: %w", t.cfg.Name, err)
 		}
@@ -43,6 +46,7 @@ func (t *Tailer) readServer(ctx context.Context) (serverState, error) {
 		strict, _ := r.GetInt(0, 3)
 		slave, _ := r.GetInt(0, 4)
 		st.gtidPos, _ = r.GetString(0, 5)
+		st.gtidState, _ = r.GetString(0, 6)
 		st.id.Server = strconv.FormatUint(sid, 10)
 		st.id.Domain = strconv.FormatUint(dom, 10)
 		st.strict, st.slaveUpdates = strict == 1, slave == 1
@@ -285,6 +289,14 @@ func (t *Tailer) behind(stored tidemark.Position, st serverState) (bool, string)
 				if !ok || h.Seq < g.Seq {
 					return true, fmt.Sprintf("GTID %s, the server's binlog has %s", g, orNone(st.gtidPos))
 				}
+				// The server's binlog has later sequence numbers of the
+				// domain; it has g itself only if its last GTID from g's
+				// server is g or later (gtid_binlog_state). A replica
+				// promoted before it received g writes its own
+				// transactions over the same numbers.
+				if st.gtidState != "" && !stateHas(st.gtidState, g) {
+					return true, fmt.Sprintf("GTID %s is not in the server's binlog (its GTID state is %s)", g, st.gtidState)
+				}
 			}
 			return false, ""
 		}
@@ -338,4 +350,32 @@ func (t *Tailer) checkDomains(st serverState) error {
 			t.cfg.Name, len(set), set, tidemark.ErrSourceConfig)
 	}
 	return nil
+}
+
+// stateHas reports whether a MariaDB @@gtid_binlog_state ("0-1-10,0-2-15")
+// holds g or a later GTID of g's domain and server.
+func stateHas(state string, g tidemark.MariaDBGTID) bool {
+	for _, part := range strings.Split(state, ",") {
+		set, err := tidemark.ParseMariaDBGTIDSet(part)
+		if err != nil {
+			continue
+		}
+		for _, h := range set {
+			if h.Domain == g.Domain && h.ServerID == g.ServerID && h.Seq >= g.Seq {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// diverged turns the server's "GTID not in the master's binlog" refusal,
+// after following a changed identity, into the error of a lagging replica:
+// the checks before streaming (behind) missed it, the server did not.
+func (t *Tailer) diverged(res Resolution, err error) error {
+	if len(res.Changed) == 0 || !errors.Is(err, tidemark.ErrPositionAhead) {
+		return err
+	}
+	return fmt.Errorf("resume source %s: the new server lacks transactions tidemark already applied (%s): it lagged behind the old primary, and the target holds changes the new primary does not have: stop tidemark and run `tidemark catchup --config …` to re-read every table from it (then `tidemark verify` lists the rows only the old server had as extra in target): %w: %w",
+		t.cfg.Name, strings.Join(res.Changed, ", "), err, tidemark.ErrSourceChanged)
 }

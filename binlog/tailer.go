@@ -430,7 +430,7 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 		streamer, err = syncer.StartSync(mysql.Position{Name: first, Pos: 4})
 	}
 	if err != nil {
-		return false, t.classify(watch.explain(err), *pos)
+		return false, t.diverged(res, t.classify(watch.explain(err), *pos))
 	}
 	watch.started()
 
@@ -491,7 +491,7 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 				if ctx.Err() != nil {
 					return progressed, nil
 				}
-				return progressed, t.classify(watch.explain(err), *pos)
+				return progressed, t.diverged(res, t.classify(watch.explain(err), *pos))
 			}
 		}
 		if t.seqErr != nil {

@@ -118,3 +118,18 @@ func (f *FaultProxy) ResetAll() error {
 	}
 	return f.proxy.Update(&toxiproxy.Proxy{Listen: listen, Upstream: f.Upstream, Enabled: true})
 }
+
+// Retarget points the proxy at another upstream (a failover behind a fixed
+// address): it stops the proxy, which closes every open connection, and
+// starts it again on the same address.
+func (f *FaultProxy) Retarget(upstream string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.proxy.Stop()
+	f.proxy.Upstream = upstream
+	f.Upstream = upstream
+	if err := f.proxy.Start(); err != nil {
+		return fmt.Errorf("restart fault proxy %s to %s: %w", f.proxy.Name, upstream, err)
+	}
+	return nil
+}
