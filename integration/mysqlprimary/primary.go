@@ -10,9 +10,12 @@
 // with rotation, purge (error 1236 with MySQL's texts), compressed
 // transaction payloads, XA, binary JSON and unknown events; the queries a
 // replica issues at start (system variables, SHOW BINARY LOGS, SHOW MASTER
-// STATUS in 8.0, SHOW BINARY LOG STATUS in 8.4); and results the test
-// scripts for anything else. An unscripted query is answered with an error
-// and recorded (Unscripted), so a test sees it.
+// STATUS in 8.0, SHOW BINARY LOG STATUS in 8.4, FLUSH TABLES WITH READ
+// LOCK); the reads of a snapshot (information_schema lookups, prepared or
+// not, and keyed SELECTs of a table) from the rows its transactions
+// committed (tables.go); and results the test scripts for anything else. An
+// unscripted query is answered with an error and recorded (Unscripted), so
+// a test sees it.
 //
 // What it cannot prove is listed in docs/MYSQL.md: it is not a MySQL
 // server; the event layouts are MySQL's documented formats as vitess and
@@ -90,6 +93,8 @@ type Primary struct {
 	hbPeriod   map[uint32]time.Duration
 	seq        int64
 	served     int // transactions sent to replicas
+	data       map[string]*tableData
+	xaRows     map[string][]Row // rows of prepared XA transactions
 	done       chan struct{}
 	wg         sync.WaitGroup
 }
@@ -134,6 +139,8 @@ func Start(cfg Config) (*Primary, error) {
 		answers:    map[string]*sqltypes.Result{},
 		hbPeriod:   map[uint32]time.Duration{},
 		done:       make(chan struct{}),
+		data:       map[string]*tableData{},
+		xaRows:     map[string][]Row{},
 	}
 	for k, v := range cfg.Vars {
 		p.vars[strings.ToLower(k)] = v
@@ -320,7 +327,7 @@ type Txn struct {
 // Commit writes a transaction: GTID (or anonymous GTID), BEGIN, table
 // maps and rows, XID.
 func (p *Primary) Commit(t Txn) error {
-	return p.write(t.GTID, func(w *writer) error {
+	return p.write(t.GTID, t.Rows, func(w *writer) error {
 		w.query(t.DB, "BEGIN")
 		if err := w.rowEvents(t.Rows); err != nil {
 			return err
@@ -335,7 +342,7 @@ func (p *Primary) Commit(t Txn) error {
 // TRANSACTION_PAYLOAD_EVENT holding BEGIN, table maps, rows and XID,
 // compressed with zstd.
 func (p *Primary) CommitCompressed(t Txn) error {
-	return p.write(t.GTID, func(w *writer) error {
+	return p.write(t.GTID, t.Rows, func(w *writer) error {
 		inner := &writer{f: w.f, s: w.s, file: &file{size: 4}}
 		inner.query(t.DB, "BEGIN")
 		if err := inner.rowEvents(t.Rows); err != nil {
@@ -355,7 +362,14 @@ func (p *Primary) CommitCompressed(t Txn) error {
 // XA_PREPARE_LOG_EVENT) as one GTID transaction; onePhase writes XA COMMIT
 // … ONE PHASE instead (the same events, one_phase set).
 func (p *Primary) XAPrepare(gtid, db, xid string, rows []Row, onePhase bool) error {
-	return p.write(gtid, func(w *writer) error {
+	committed := rows
+	if !onePhase {
+		committed = nil
+	}
+	return p.write(gtid, committed, func(w *writer) error {
+		if !onePhase {
+			p.xaRows[xid] = rows
+		}
 		w.query(db, "XA START "+xaID(xid))
 		if err := w.rowEvents(rows); err != nil {
 			return err
@@ -368,19 +382,28 @@ func (p *Primary) XAPrepare(gtid, db, xid string, rows []Row, onePhase bool) err
 
 // XACommit writes XA COMMIT of a prepared XA transaction (its own GTID).
 func (p *Primary) XACommit(gtid, db, xid string) error {
-	return p.write(gtid, func(w *writer) error { w.query(db, "XA COMMIT "+xaID(xid)); return nil })
+	return p.write(gtid, nil, func(w *writer) error {
+		w.query(db, "XA COMMIT "+xaID(xid))
+		p.apply(p.xaRows[xid])
+		delete(p.xaRows, xid)
+		return nil
+	})
 }
 
 // XARollback writes XA ROLLBACK of a prepared XA transaction.
 func (p *Primary) XARollback(gtid, db, xid string) error {
-	return p.write(gtid, func(w *writer) error { w.query(db, "XA ROLLBACK "+xaID(xid)); return nil })
+	return p.write(gtid, nil, func(w *writer) error {
+		w.query(db, "XA ROLLBACK "+xaID(xid))
+		delete(p.xaRows, xid)
+		return nil
+	})
 }
 
 // RawEvent writes an event of any type with the given body inside a
 // transaction after its rows (before the XID), e.g. an event type tidemark
 // does not know; rows may be empty.
 func (p *Primary) RawEvent(gtid, db string, rows []Row, typ byte, body []byte) error {
-	return p.write(gtid, func(w *writer) error {
+	return p.write(gtid, rows, func(w *writer) error {
 		w.query(db, "BEGIN")
 		if err := w.rowEvents(rows); err != nil {
 			return err
@@ -392,8 +415,8 @@ func (p *Primary) RawEvent(gtid, db string, rows []Row, typ byte, body []byte) e
 }
 
 // write appends one transaction: its GTID event (with the transaction's
-// length), then what fill writes.
-func (p *Primary) write(gtid string, fill func(*writer) error) error {
+// length), then what fill writes; rows are the rows it commits.
+func (p *Primary) write(gtid string, rows []Row, fill func(*writer) error) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if gtid != "" && !strings.Contains(gtid, ":") {
@@ -402,7 +425,16 @@ func (p *Primary) write(gtid string, fill func(*writer) error) error {
 	// The rest of the transaction is built first to know its length,
 	// then again after the GTID event at the right positions.
 	probe := p.newWriter(gtid)
-	if err := fill(probe); err != nil {
+	saved := p.xaRows
+	p.xaRows = map[string][]Row{} // the probe must not change the XA state
+	for k, v := range saved {
+		p.xaRows[k] = v
+	}
+	savedData := p.data
+	p.data = map[string]*tableData{}
+	err := fill(probe)
+	p.xaRows, p.data = saved, savedData
+	if err != nil {
 		return err
 	}
 	restLen := uint64(probe.file.size - p.files[len(p.files)-1].size)
@@ -430,6 +462,7 @@ func (p *Primary) write(gtid string, fill func(*writer) error) error {
 		return err
 	}
 	p.append(w)
+	p.apply(rows)
 	if gtid != "" {
 		g, _ := replication.ParseMysql56GTID(gtid)
 		p.executed = p.executed.AddGTID(g).(replication.Mysql56GTIDSet)
@@ -465,14 +498,6 @@ func (h *handler) ComQueryMulti(c *vtmysql.Conn, sql string, callback func(sqlty
 	return h.ComQuery(c, sql, func(r *sqltypes.Result) error {
 		return callback(sqltypes.QueryResponse{QueryResult: r}, false, true)
 	})
-}
-
-func (h *handler) ComPrepare(*vtmysql.Conn, string) ([]*querypb.Field, uint16, error) {
-	return nil, 0, sqlerror.NewSQLError(sqlerror.ERNotSupportedYet, sqlerror.SSUnknownSQLState, "mysqlprimary: prepared statements are not scripted")
-}
-
-func (h *handler) ComStmtExecute(*vtmysql.Conn, *vtmysql.PrepareData, func(*sqltypes.Result) error) error {
-	return sqlerror.NewSQLError(sqlerror.ERNotSupportedYet, sqlerror.SSUnknownSQLState, "mysqlprimary: prepared statements are not scripted")
 }
 
 func (h *handler) ComRegisterReplica(*vtmysql.Conn, string, uint16, string, string) error { return nil }
@@ -544,6 +569,9 @@ func (h *handler) answer(q string) (*sqltypes.Result, error) {
 	p := h.p
 	if r, ok := p.answers[q]; ok {
 		return r, nil
+	}
+	if r, err := p.tableAnswer(q, nil); r != nil || err != nil {
+		return r, err
 	}
 	is84 := strings.HasPrefix(p.cfg.Version, "8.4")
 	switch {
