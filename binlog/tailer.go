@@ -434,8 +434,15 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 	}
 	watch.started()
 
+	var mx *mariaXA // MariaDB flavor only
+	if t.cfg.Flavor == FlavorMariaDB {
+		mx = &mariaXA{t: t, prepared: map[string]*xaPrepared{}}
+	}
 	var tx txState
 	send := func(ch tidemark.Chunk) error {
+		if mx.holding() {
+			return mx.hold(ch)
+		}
 		select {
 		case out <- ch:
 			return nil
@@ -472,12 +479,29 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 		if err := send(ch); err != nil {
 			return err
 		}
+		if mx.holding() {
+			return nil // the position moves when the held chunks go out
+		}
 		*pos = np
 		progressed = true
 		return nil
 	}
 
 	var inner []*replication.BinlogEvent // events of a compressed transaction
+	// release hands on what was held while an XA transaction was
+	// prepared (mariaxa.go), and moves the position with it.
+	release := func() error {
+		p, err := mx.release(send)
+		if err != nil {
+			return err
+		}
+		if !p.IsZero() {
+			*pos = p
+			progressed = true
+		}
+		return nil
+	}
+
 	for {
 		var ev *replication.BinlogEvent
 		if len(inner) > 0 {
@@ -510,6 +534,18 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 				continue
 			}
 		}
+		if mx != nil {
+			done, err := mx.event(ev, &tx, commit, release)
+			if err != nil {
+				if ctx.Err() != nil {
+					return progressed, nil
+				}
+				return progressed, fmt.Errorf("stream binlog of %s at %s:%d: %w", t.cfg.Name, file, h.LogPos, err)
+			}
+			if done {
+				continue
+			}
+		}
 		switch e := ev.Event.(type) {
 		case *replication.TransactionPayloadEvent:
 			inner = append(inner, e.Events...)
@@ -527,6 +563,9 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 				gtid:       tidemark.MariaDBGTID{Domain: e.GTID.DomainID, ServerID: e.GTID.ServerID, Seq: e.GTID.SequenceNumber},
 				commitTime: time.Unix(int64(h.Timestamp), 0).UTC()}
 			tx.seq = t.seqOf(e.GTID.SequenceNumber, file, h)
+			if e.Flags&mariaFlPreparedXA != 0 {
+				tx.xa = "(XA START)" // the XID arrives with XA END
+			}
 		case *replication.GTIDEvent:
 			tx = txState{commitTime: time.Unix(int64(h.Timestamp), 0).UTC(), seq: t.seqOf(0, file, h)}
 			if g, err := gtidOf(e); err != nil {
@@ -545,7 +584,9 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 				if tx.commitTime.IsZero() {
 					tx.commitTime = time.Unix(int64(h.Timestamp), 0).UTC()
 				}
-			case strings.EqualFold(q, "COMMIT") || !tx.active:
+			case strings.EqualFold(q, "COMMIT") || strings.EqualFold(q, "ROLLBACK") || !tx.active:
+				// (A ROLLBACK ends a group only when it changed
+				// non-transactional tables, whose changes stay.)
 				// COMMIT of a non-transactional group, or a standalone
 				// statement (DDL) that is its own transaction.
 				if err := t.addDDL(ctx, &tx, string(e.Schema), q, h); err != nil {
@@ -555,7 +596,10 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 					return progressed, fmt.Errorf("stream binlog of %s at %s:%d: %w", t.cfg.Name, file, h.LogPos, err)
 				}
 				if err := commit(h); err != nil {
-					return progressed, nil
+					if ctx.Err() != nil {
+						return progressed, nil
+					}
+					return progressed, fmt.Errorf("stream binlog of %s at %s:%d: %w", t.cfg.Name, file, h.LogPos, err)
 				}
 			default:
 				// A statement inside a transaction: CREATE TABLE …
@@ -569,7 +613,10 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 			}
 		case *replication.XIDEvent:
 			if err := commit(h); err != nil {
-				return progressed, nil
+				if ctx.Err() != nil {
+					return progressed, nil
+				}
+				return progressed, fmt.Errorf("stream binlog of %s at %s:%d: %w", t.cfg.Name, file, h.LogPos, err)
 			}
 		case *replication.RowsEvent:
 			if err := t.addRows(ctx, &tx, e, h, flush); err != nil {
