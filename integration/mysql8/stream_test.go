@@ -285,3 +285,45 @@ func TestMySQLCaptureStatusStatement(t *testing.T) {
 		})
 	}
 }
+
+// TestMySQLXAEdges: an XA COMMIT whose XA PREPARE lies before the start
+// position stops the stream (its rows cannot be read), and a prepared
+// transaction larger than tidemark holds in memory stops it naming the XID;
+// neither commits anything of it.
+func TestMySQLXAEdges(t *testing.T) {
+	t.Run("commit without its prepare", func(t *testing.T) {
+		p := startPrimary(t, mysqlprimary.Config{ServerUUID: uuidA})
+		if err := p.XAPrepare("1", "shop", "x1", []mysqlprimary.Row{ins(10, "xa")}, false); err != nil {
+			t.Fatal(err)
+		}
+		commitN(t, p, []string{"2"}, 12)
+		if err := p.XACommit("3", "shop", "x1"); err != nil {
+			t.Fatal(err)
+		}
+		// A position whose set holds the XA PREPARE (e.g. captured by a
+		// snapshot that could not see the prepared rows).
+		changes, pos, err := stream(t, newTailer(t, p, nil), tidemark.Position{GTID: uuidA + ":1"}, 2)
+		eqIDs(t, changes, 12)
+		if len(pos) != 1 || err == nil || !strings.Contains(err.Error(), "XA COMMIT X'7831',X'',1: its XA PREPARE was not read") {
+			t.Fatalf("positions %v, err %v", pos, err)
+		}
+	})
+	t.Run("too large", func(t *testing.T) {
+		p := startPrimary(t, mysqlprimary.Config{ServerUUID: uuidA})
+		var rows []mysqlprimary.Row
+		for i := int64(0); i < 200; i++ {
+			rows = append(rows, ins(100+i, strings.Repeat("r", 100)))
+		}
+		if err := p.XAPrepare("1", "shop", "big", rows, false); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.XACommit("2", "shop", "big"); err != nil {
+			t.Fatal(err)
+		}
+		// 64 × 200 bytes: less than the rows.
+		changes, pos, err := stream(t, newTailer(t, p, func(c *binlog.Config) { c.MaxChunkBytes = 200 }), tidemark.Position{}, 1)
+		if len(changes) != 0 || len(pos) != 0 || err == nil || !strings.Contains(err.Error(), "XA transaction X'626967',X'',1 holds more than 12800 bytes") {
+			t.Fatalf("%d changes, positions %v, err %v", len(changes), pos, err)
+		}
+	})
+}
