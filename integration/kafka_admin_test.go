@@ -17,7 +17,7 @@ import (
 // change exactly once (plus the resync's snapshot rows, op r).
 func TestAdminCommandsDoNotFenceDaemon(t *testing.T) {
 	f := newFixture(t)
-	r := f.newKafkaRun(t, "it_kadm_", 91)
+	r := f.newKafkaRun(t, "it_kadm_", 91, "")
 	w, cfg, db := r.w, r.cfg, r.db
 	env := []string{"TM_IT_MYSQL_PASSWORD=" + f.env.MySQLPassword, "TM_IT_PG_DSN=" + f.env.PGDSN}
 

@@ -15,7 +15,7 @@ import (
 // the source and Kafka has every source change exactly once.
 func TestTailerStandbyTakesOver(t *testing.T) {
 	f := newFixture(t)
-	r := f.newKafkaRun(t, "it_kha_", 93)
+	r := f.newKafkaRun(t, "it_kha_", 93, "")
 	w, cfg, db := r.w, r.cfg, r.db
 
 	active := f.startDaemon(t, cfg)

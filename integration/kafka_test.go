@@ -218,8 +218,9 @@ type kafkaRun struct {
 	w               *harness.Workload
 }
 
-// newKafkaRun sets a scenario up; tag prefixes the database's name.
-func (f *fixture) newKafkaRun(t *testing.T, tag string, seed uint64) *kafkaRun {
+// newKafkaRun sets a scenario up; tag prefixes the database's name, extra
+// is added to the config.
+func (f *fixture) newKafkaRun(t *testing.T, tag string, seed uint64, extra string) *kafkaRun {
 	t.Helper()
 	r := &kafkaRun{brokers: f.kafka(t), db: randName(tag)}
 	f.dropLater(t, r.db, r.db)
@@ -228,7 +229,7 @@ func (f *fixture) newKafkaRun(t *testing.T, tag string, seed uint64) *kafkaRun {
 	if err := r.w.Setup(); err != nil {
 		t.Fatal(err)
 	}
-	r.cfg = f.configYAMLWith(t, r.db, r.db, r.db, "UTC", r.start, "dedupe:\n  enabled: false\n")
+	r.cfg = f.configYAMLWith(t, r.db, r.db, r.db, "UTC", r.start, "dedupe:\n  enabled: false\n"+extra)
 	r.prefix = "tk" + strings.TrimPrefix(r.db, tag)
 	addKafka(t, r.cfg, r.brokers, r.prefix)
 	return r

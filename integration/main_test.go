@@ -140,7 +140,14 @@ type daemonProc struct {
 
 func (f *fixture) startDaemon(t *testing.T, config string, extraEnv ...string) *daemonProc {
 	t.Helper()
-	cmd := exec.Command(binPath, "run", "--config", config)
+	return f.startCommand(t, []string{"run", "--config", config}, extraEnv...)
+}
+
+// startCommand starts the tidemark binary with args (a long-running
+// command: run or apply) and the test's credentials in its environment.
+func (f *fixture) startCommand(t *testing.T, args []string, extraEnv ...string) *daemonProc {
+	t.Helper()
+	cmd := exec.Command(binPath, args...)
 	cmd.Env = append(os.Environ(), "TM_IT_MYSQL_PASSWORD="+f.env.MySQLPassword, "TM_IT_PG_DSN="+f.env.PGDSN)
 	cmd.Env = append(cmd.Env, extraEnv...)
 	lw := &lockedWriter{}

@@ -30,6 +30,12 @@ type Config struct {
 	Verify   VerifyConfig   `yaml:"verify"`
 	Metrics  MetricsConfig  `yaml:"metrics"`
 	Log      LogConfig      `yaml:"log"`
+	// Apply, when set, makes the config describe the scale-out topology
+	// (docs/SCALE-OUT.md): `tidemark run` is the source's tailer, writing
+	// Kafka only (with schema control records) and holding the source's
+	// lock in target.postgres; `tidemark apply` is a member of the group of
+	// appliers that write target.postgres.
+	Apply *ApplyConfig `yaml:"apply"`
 }
 
 // DedupeConfig configures the duplicate filter between source and sink.
@@ -373,6 +379,19 @@ func (c *Config) Validate() error {
 	if c.Target.Postgres != nil {
 		if err := c.PostgresSinkConfig().Schema.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("config: target.postgres.%w", err))
+		}
+	}
+	if c.Apply != nil {
+		if c.Target.Postgres == nil || c.Target.Kafka == nil {
+			errs = append(errs, errors.New("config: apply: needs target.postgres (written by the appliers, holds the tailer's lock) and target.kafka (the change topics)"))
+		}
+		if c.Apply.MaxRecords < 0 {
+			errs = append(errs, fmt.Errorf("config: apply.max_records: must be ≥ 0, got %d", c.Apply.MaxRecords))
+		}
+		if c.Apply.Topics != "" {
+			if _, err := regexp.Compile(c.Apply.Topics); err != nil {
+				errs = append(errs, fmt.Errorf("config: apply.topics: %w", err))
+			}
 		}
 	}
 	if c.Batch.MaxChanges < 0 {

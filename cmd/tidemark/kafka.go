@@ -48,6 +48,9 @@ type KafkaConfig struct {
 	MaxBufferedBytes   int               `yaml:"max_buffered_bytes"`
 	MaxRecordBytes     int32             `yaml:"max_record_bytes"`
 	SourceServerID     uint32            `yaml:"source_server_id"`
+	// ControlRecords announces table schemas on every partition (needed
+	// by `tidemark apply`; always on with an apply section).
+	ControlRecords bool `yaml:"control_records"`
 }
 
 // SinkConfig builds the Kafka sink's config for the source named source
@@ -79,6 +82,7 @@ func (k *KafkaConfig) SinkConfig(source string, log *slog.Logger) kafka.Config {
 		MaxBufferedBytes:   k.MaxBufferedBytes,
 		MaxRecordBytes:     k.MaxRecordBytes,
 		SourceServerID:     k.SourceServerID,
+		ControlRecords:     k.ControlRecords,
 		Logger:             log,
 	}
 }

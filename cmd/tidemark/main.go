@@ -73,6 +73,8 @@ func usage(w io.Writer) {
 
 commands:
   run --config FILE          replicate until SIGINT/SIGTERM, then commit what was read and exit 0
+                             (with an apply section: the source's tailer, publishing to Kafka)
+  apply --config FILE        a member of the apply group: Kafka change topics → PostgreSQL
   checkpoint --config FILE   print the checkpoint stored in the target
   catchup --config FILE [--table db.t]...
                              catch up with bounded reads (all tables: moves the checkpoint;
@@ -103,6 +105,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	case "run":
 		return cmdRun(ctx, args[1:], stderr)
+	case "apply":
+		return cmdApply(ctx, args[1:], stderr)
 	case "checkpoint":
 		return cmdCheckpoint(ctx, args[1:], stdout, stderr)
 	case "catchup":
@@ -222,9 +226,19 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 			return nil, err
 		}
 	}
+	// With an apply section this daemon is the source's tailer: it writes
+	// Kafka only and uses PostgreSQL for the source's lock (one active
+	// tailer, a standby waiting); the appliers write PostgreSQL.
+	var lock *postgres.Sink
+	if cfg.Apply != nil {
+		lock, sink = sink, nil
+	}
 	closeSink := func() {
 		if sink != nil {
 			sink.Close()
+		}
+		if lock != nil {
+			lock.Close()
 		}
 	}
 	// The reader stamps what it captures with the epoch and identity the
@@ -257,8 +271,14 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 	case cfg.Target.Kafka == nil:
 		target = sink
 	case sink == nil:
-		if target, err = withKafka(ctx, nil, cfg.Target.Kafka, bc.Name, log.With("component", "kafka")); err != nil {
+		kc := *cfg.Target.Kafka
+		kc.ControlRecords = kc.ControlRecords || cfg.Apply != nil
+		if target, err = withKafka(ctx, nil, &kc, bc.Name, log.With("component", "kafka")); err != nil {
+			closeSink()
 			return nil, err
+		}
+		if lock != nil {
+			target = tailerTarget{Sink: target, lock: lock}
 		}
 	default:
 		if target, err = withKafka(ctx, sink, cfg.Target.Kafka, bc.Name, log.With("component", "kafka")); err != nil {
@@ -359,6 +379,41 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 	start, _ := tidemark.ParsePosition(cfg.Source.StartPosition)
 	*d = daemon{tailer: tailer, reader: reader, sink: sink, target: target, pipeline: p, catchUp: catchUp, dedupe: window, start: start}
 	return d, nil
+}
+
+// tailerTarget is the Kafka sink of the scale-out tailer, with the source's
+// lock held in PostgreSQL (tidemark.SourceLocker), so that of two tailers
+// of one source one streams and the other waits.
+type tailerTarget struct {
+	tidemark.Sink
+	lock *postgres.Sink
+}
+
+// TryLockSource implements tidemark.SourceLocker with the PostgreSQL lock.
+func (t tailerTarget) TryLockSource(ctx context.Context, source string) (func(), bool, error) {
+	return t.lock.TryLockSource(ctx, source)
+}
+
+// Activate implements tidemark.Activator.
+func (t tailerTarget) Activate(ctx context.Context) error {
+	if a, ok := t.Sink.(tidemark.Activator); ok {
+		return a.Activate(ctx)
+	}
+	return nil
+}
+
+// Watermark implements tidemark.WatermarkStore (the Kafka sink's).
+func (t tailerTarget) Watermark(ctx context.Context, source string, table tidemark.TableID) (time.Time, bool, error) {
+	ws, ok := t.Sink.(tidemark.WatermarkStore)
+	if !ok {
+		return time.Time{}, false, errors.New("the tailer's sink cannot read watermarks")
+	}
+	return ws.Watermark(ctx, source, table)
+}
+
+// Close closes the Kafka sink and the lock's connections.
+func (t tailerTarget) Close() error {
+	return errors.Join(t.Sink.Close(), t.lock.Close())
 }
 
 // fanoutWithStates is the PostgreSQL + Kafka fan-out (tidemark.Fanout);

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"tidemark"
+	"tidemark/sink/kafka"
 )
 
 // MetricsConfig is the `metrics:` section of the config.
@@ -272,6 +273,40 @@ func (m *Metrics) WatchDirectInserts(counts func() (rows, conflicts int64)) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tidemark_direct_insert_conflicts_total",
 			Help: "Direct inserts that met an existing key and were staged and upserted instead."},
 			func() float64 { _, c := counts(); return float64(c) }))
+}
+
+// WatchApplier exports the partitions assigned to an apply-group member,
+// read at scrape time: tidemark_apply_partition_lag_records (high
+// watermark minus the next offset to apply), _next_offset and
+// _records_total, labelled by topic and partition.
+func (m *Metrics) WatchApplier(status func() []kafka.PartitionStatus) {
+	m.reg.MustRegister(applierCollector{status})
+}
+
+var (
+	applyLagDesc     = prometheus.NewDesc("tidemark_apply_partition_lag_records", "Records of an assigned partition not applied yet (high watermark minus next offset; -1 before the first fetch).", []string{"topic", "partition"}, nil)
+	applyNextDesc    = prometheus.NewDesc("tidemark_apply_partition_next_offset", "Next offset to apply of an assigned partition (committed in the target).", []string{"topic", "partition"}, nil)
+	applyRecordsDesc = prometheus.NewDesc("tidemark_apply_partition_records_total", "Records this member applied from an assigned partition.", []string{"topic", "partition"}, nil)
+)
+
+// applierCollector reads an applier's assignment at scrape time.
+type applierCollector struct {
+	status func() []kafka.PartitionStatus
+}
+
+func (applierCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- applyLagDesc
+	ch <- applyNextDesc
+	ch <- applyRecordsDesc
+}
+
+func (c applierCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, p := range c.status() {
+		part := strconv.Itoa(int(p.Partition))
+		ch <- prometheus.MustNewConstMetric(applyLagDesc, prometheus.GaugeValue, float64(p.Lag()), p.Topic, part)
+		ch <- prometheus.MustNewConstMetric(applyNextDesc, prometheus.GaugeValue, float64(p.Next), p.Topic, part)
+		ch <- prometheus.MustNewConstMetric(applyRecordsDesc, prometheus.CounterValue, float64(p.Records), p.Topic, part)
+	}
 }
 
 // SetReady sets what /readyz answers (OnApply sets it).

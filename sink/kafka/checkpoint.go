@@ -131,7 +131,19 @@ func (p checkpointPartitioner) ForTopic(t string) kgo.TopicPartitioner {
 	if t == p.topic {
 		return partitionZero{}
 	}
-	return p.keyed.ForTopic(t)
+	return controlPartitioner{p.keyed.ForTopic(t)}
+}
+
+// controlPartitioner sends a schema control record to the partition it
+// names, and every other record where the keyed partitioner does.
+type controlPartitioner struct{ keyed kgo.TopicPartitioner }
+
+func (controlPartitioner) RequiresConsistency(*kgo.Record) bool { return true }
+func (p controlPartitioner) Partition(r *kgo.Record, n int) int {
+	if len(r.Headers) > 0 && r.Headers[0].Key == controlHeader {
+		return int(r.Partition)
+	}
+	return p.keyed.Partition(r, n)
 }
 
 type partitionZero struct{}

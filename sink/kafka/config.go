@@ -86,6 +86,14 @@ type Config struct {
 	// tables with large BLOB or TEXT columns.
 	MaxRecordBytes int32
 
+	// ControlRecords makes the sink announce each table's schema on every
+	// partition of the table's topic before the first change written with
+	// it (after a start, and after a schema change): a record with a
+	// tm_control header (docs/kafka.md). `tidemark apply` needs them to
+	// decode and create the target tables; consumers that do not know them
+	// must skip records with a tm_control header.
+	ControlRecords bool
+
 	// SourceServerID is the source server's server_id, published in every
 	// envelope's source.server_id (0: published as null).
 	SourceServerID uint32

@@ -15,6 +15,9 @@ import (
 type encodedBatch struct {
 	buf  []byte
 	recs []recSpec
+	// announce are the codecs whose schema control records the batch
+	// carries: announced once it is published.
+	announce []*codec
 }
 
 type recSpec struct {
@@ -23,6 +26,10 @@ type recSpec struct {
 	value      span // value.end == -1: a tombstone (null value)
 	op         []byte
 	tableShape []byte
+	// control: a schema control record for partition (value = schema).
+	control   bool
+	partition int32
+	schema    []byte
 }
 
 type span struct{ start, end int }
@@ -40,6 +47,15 @@ func (e *encodedBatch) records(extra int) []kgo.Record {
 	hdrs := make([]kgo.RecordHeader, 0, 3*len(e.recs))
 	for i := range e.recs {
 		r := &e.recs[i]
+		if r.control {
+			n := len(hdrs)
+			hdrs = append(hdrs,
+				kgo.RecordHeader{Key: controlHeader, Value: controlSchema},
+				kgo.RecordHeader{Key: "schema_version", Value: headerSchemaVersion},
+				kgo.RecordHeader{Key: "table_schema", Value: r.tableShape})
+			recs[i] = kgo.Record{Topic: r.topic, Partition: r.partition, Value: r.schema, Headers: hdrs[n:len(hdrs):len(hdrs)]}
+			continue
+		}
 		recs[i] = kgo.Record{Topic: r.topic, Key: e.buf[r.key.start:r.key.end:r.key.end]}
 		if r.value.end >= 0 {
 			recs[i].Value = e.buf[r.value.start:r.value.end:r.value.end]
@@ -78,6 +94,18 @@ func (s *Sink) encode(ctx context.Context, b *tidemark.Batch) (*encodedBatch, ti
 				return nil, stats, err
 			}
 			codecs[ch.Table] = c
+			if s.cfg.ControlRecords && !c.announced {
+				// The schema on every partition, before any row
+				// written with it.
+				n := s.partitions[c.topic]
+				if n < 1 {
+					return nil, stats, fmt.Errorf("announce schema of %s: topic %s has no known partitions", ch.Table.ID, c.topic)
+				}
+				for p := int32(0); p < n; p++ {
+					enc.recs = append(enc.recs, recSpec{topic: c.topic, control: true, partition: p, schema: c.schema, tableShape: c.fingerprint})
+				}
+				enc.announce = append(enc.announce, c)
+			}
 		}
 		op, ok := headerOp[ch.Op]
 		if !ok {

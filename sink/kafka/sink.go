@@ -67,6 +67,7 @@ type Sink struct {
 	codecs     map[codecKey]*codec
 	topics     map[topicKey]string
 	topicOwner map[string]topicKey
+	partitions map[string]int32       // partition count of the change topics (ControlRecords)
 	stored     map[string]sourceState // per source: what is known to be committed
 	txnOpen    bool                   // a transaction was begun and not ended
 	active     bool                   // the transactional id is initialized (Activate)
@@ -132,6 +133,7 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		codecs:     map[codecKey]*codec{},
 		topics:     map[topicKey]string{},
 		topicOwner: map[string]topicKey{},
+		partitions: map[string]int32{},
 		stored:     map[string]sourceState{},
 		now:        time.Now,
 	}
@@ -319,6 +321,9 @@ func (s *Sink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStat
 			return tidemark.ApplyStats{}, s.fenced
 		}
 		return tidemark.ApplyStats{}, err
+	}
+	for _, c := range enc.announce {
+		c.announced = true
 	}
 	return stats, nil
 }

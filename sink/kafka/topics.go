@@ -97,6 +97,13 @@ func (s *Sink) topicFor(ctx context.Context, source string, id tidemark.TableID)
 			return "", err
 		}
 	}
+	if s.cfg.ControlRecords {
+		n, err := s.partitionCount(ctx, name)
+		if err != nil {
+			return "", err
+		}
+		s.partitions[name] = n
+	}
 	s.topics[k] = name
 	s.topicOwner[name] = k
 	return name, nil
@@ -105,6 +112,25 @@ func (s *Sink) topicFor(ctx context.Context, source string, id tidemark.TableID)
 type topicKey struct {
 	source string
 	id     tidemark.TableID
+}
+
+// partitionCount returns the number of partitions of a topic, retrying
+// transient errors (a topic just created may not be known yet).
+func (s *Sink) partitionCount(ctx context.Context, name string) (int32, error) {
+	var n int32
+	err := tidemark.Retry(ctx, "describe topic "+name, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+		td, err := s.adm.ListTopics(ctx, name)
+		if err != nil {
+			return err
+		}
+		d, ok := td[name]
+		if !ok || d.Err != nil || len(d.Partitions) == 0 {
+			return fmt.Errorf("describe topic %s: %w", name, kerr.UnknownTopicOrPartition)
+		}
+		n = int32(len(d.Partitions))
+		return nil
+	})
+	return n, err
 }
 
 // createTopic creates a topic unless it exists, retrying transient errors.

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"tidemark/checkpoint"
+	"tidemark/sink/kafka"
+	"tidemark/sink/postgres"
+)
+
+// ApplyConfig is the apply section of the config file: the consumer group of
+// `tidemark apply` (docs/SCALE-OUT.md).
+//
+//	apply:
+//	  group: tidemark-apply-shop   # default tidemark-apply-<source.name>
+//	  topics: '^shop\.'            # regular expression; default ^<topic_prefix>\.
+//	  max_records: 5000            # records per batch (one PostgreSQL transaction)
+type ApplyConfig struct {
+	Group      string `yaml:"group"`
+	Topics     string `yaml:"topics"`
+	MaxRecords int    `yaml:"max_records"`
+}
+
+// applierConfig builds the applier's config from the file's sections.
+func (c *Config) applierConfig(log *slog.Logger) kafka.ApplierConfig {
+	k := c.Target.Kafka
+	sc := k.SinkConfig(c.Source.Name, nil)
+	prefix := sc.TopicPrefix
+	if prefix == "" {
+		prefix = kafka.DefaultTopicPrefix
+	}
+	cpTopic := sc.CheckpointTopic
+	if cpTopic == "" {
+		cpTopic = prefix + ".checkpoints"
+	}
+	ac := kafka.ApplierConfig{
+		Brokers:    k.Brokers,
+		Group:      c.Apply.Group,
+		Topics:     c.Apply.Topics,
+		Exclude:    "^" + regexp.QuoteMeta(cpTopic) + "$",
+		MaxRecords: c.Apply.MaxRecords,
+		Logger:     log,
+	}
+	if ac.Group == "" {
+		ac.Group = "tidemark-apply-" + c.Source.Name
+	}
+	if ac.Topics == "" {
+		ac.Topics = "^" + regexp.QuoteMeta(prefix) + `\.`
+	}
+	return ac
+}
+
+// cmdApply runs one member of the apply group until SIGINT/SIGTERM.
+func cmdApply(ctx context.Context, args []string, stderr io.Writer) int {
+	cfg, _, err := loadConfigFlag("apply", args, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "tidemark:", err)
+		return exitUsage
+	}
+	if cfg.Apply == nil || cfg.Target.Postgres == nil || cfg.Target.Kafka == nil {
+		fmt.Fprintln(stderr, "tidemark apply: the config needs an apply section, target.postgres and target.kafka")
+		return exitUsage
+	}
+	log := newLogger(cfg.Log, stderr)
+	ac := cfg.applierConfig(log)
+	log.Info("starting", "group", ac.Group, "topics", ac.Topics, "version", buildVersion())
+	store, err := checkpoint.New(checkpoint.Config{Schema: cfg.Target.Postgres.ControlSchema})
+	if err != nil {
+		log.Error("start failed", "err", err)
+		return exitUsage
+	}
+	pc := cfg.PostgresSinkConfig()
+	pc.Checkpoints = store
+	pc.Logger = log.With("component", "postgres")
+	sink, err := postgres.Open(ctx, pc)
+	if err != nil {
+		log.Error("start failed", "err", err)
+		return exitFailed
+	}
+	defer sink.Close()
+	m := NewMetrics()
+	var applied atomic.Int64
+	ac.OnApply = func(r kafka.ApplyReport) {
+		m.OnApply(r.Batch, r.Stats, r.Took)
+		applied.Add(int64(r.Records))
+	}
+	a, err := kafka.NewApplier(ac, sink)
+	if err != nil {
+		log.Error("start failed", "err", err)
+		return exitUsage
+	}
+	m.WatchApplier(a.Status)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return m.Serve(gctx, cfg.Metrics, log.With("component", "metrics")) })
+	g.Go(func() error { return logApplierStatus(gctx, a, &applied, log) })
+	g.Go(func() error {
+		if err := a.Run(gctx); err != nil {
+			return err
+		}
+		return context.Canceled // a clean stop ends the helpers too
+	})
+	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+		log.Error("applier stopped", "err", err)
+		return exitFailed
+	}
+	log.Info("stopped cleanly", "changes", applied.Load())
+	return exitOK
+}
+
+// logApplierStatus logs the member's assignment and lag every 10 s.
+func logApplierStatus(ctx context.Context, a *kafka.Applier, applied *atomic.Int64, log *slog.Logger) error {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	last, lastAt := int64(0), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-t.C:
+			n := applied.Load()
+			var parts []string
+			var lag int64
+			for _, p := range a.Status() {
+				parts = append(parts, fmt.Sprintf("%s/%d", p.Topic, p.Partition))
+				lag += max(p.Lag(), 0)
+			}
+			log.Info("apply status", "assigned", strings.Join(parts, ","), "lag_records", lag,
+				"changes_per_s", int64(float64(n-last)/now.Sub(lastAt).Seconds()), "changes", n)
+			last, lastAt = n, now
+		}
+	}
+}

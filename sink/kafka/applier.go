@@ -1,0 +1,494 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tidemark"
+)
+
+// The applier is the consuming half of the scale-out topology (`tidemark
+// apply`, docs/SCALE-OUT.md): a member of a consumer group that reads change
+// topics written by the sink with ControlRecords and applies them to a
+// tidemark.StreamTarget (the PostgreSQL sink) through its version guard.
+//
+// It lives in this package because it is the inverse of the sink: it reads
+// the records the sink writes (envelope, schema control records, headers)
+// and shares their codec; franz-go types stay inside the package, and
+// cmd/tidemark wires it to the PostgreSQL sink through the root's
+// StreamTarget interface.
+//
+// Exactly once. The position of every partition (the next offset, and the
+// schema last announced on it) is stored in the target in the same
+// transaction as the rows (tidemark.Batch.Offsets), as a compare-and-set on
+// the offset this member read: Kafka's committed offsets are not used. On
+// assignment the member starts each partition at the stored offset. A crash
+// at any point leaves rows and offsets together; a member that lost a
+// partition without noticing (a pause longer than the session timeout)
+// fails its next commit with ErrOffsetMoved and re-reads its offsets.
+// Rebalances are blocked while a batch is in flight (BlockRebalanceOnPoll):
+// a revoked partition's batch is committed before the partition moves on.
+// Records are read with read_committed.
+
+// ApplierConfig configures an Applier.
+type ApplierConfig struct {
+	// Brokers are the seed brokers. Required.
+	Brokers []string
+	// ClientID is the Kafka client id (default "tidemark-apply").
+	ClientID string
+	// Group is the consumer group (and the key of the stored offsets).
+	// Required.
+	Group string
+	// Topics is a regular expression of the change topics to consume,
+	// e.g. `^shop\.` (anchor it). Required.
+	Topics string
+	// Exclude is a regular expression of topics not to consume although
+	// Topics matches them (the checkpoint topic). Optional.
+	Exclude string
+	// MaxRecords bounds one batch (default 5000).
+	MaxRecords int
+	// MetadataMaxAge is how often topic metadata is refreshed, which is
+	// how soon a new matching topic is consumed (default 10s).
+	MetadataMaxAge time.Duration
+	// Logger receives the applier's and franz-go's log lines (default
+	// slog.Default()).
+	Logger *slog.Logger
+	// OnApply, if set, receives each committed batch's partitions and
+	// counts (metrics).
+	OnApply func(ApplyReport)
+
+	kgoOpts []kgo.Opt
+}
+
+// ApplyReport is one committed batch of an Applier.
+type ApplyReport struct {
+	Batch   *tidemark.Batch
+	Stats   tidemark.ApplyStats
+	Records int
+	Took    time.Duration
+}
+
+// PartitionStatus is an assigned partition of an Applier.
+type PartitionStatus struct {
+	Topic     string
+	Partition int32
+	// Next is the offset of the next record to apply (committed in the
+	// target); HighWatermark the partition's end when last fetched (-1:
+	// not fetched yet).
+	Next, HighWatermark int64
+	// Records counts the records this member applied from the partition.
+	Records int64
+	// Table is the table whose schema was last announced on the
+	// partition ("" before any).
+	Table string
+}
+
+// Lag is HighWatermark − Next, or -1 when unknown.
+func (p PartitionStatus) Lag() int64 {
+	if p.HighWatermark < 0 {
+		return -1
+	}
+	return max(p.HighWatermark-p.Next, 0)
+}
+
+// Applier is one member of an apply group. Run it once.
+type Applier struct {
+	cfg    ApplierConfig
+	target tidemark.StreamTarget
+	cl     *kgo.Client
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	parts   map[topicPartition]*partState
+	schemas map[string]*announcedSchema // by value of the control record: one *Table per schema
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+type partState struct {
+	prev    int64 // Next stored in the target (-1: no row)
+	next    int64 // offset after the last record read into the batch
+	hw      int64
+	records int64
+	schema  *announcedSchema
+	json    string // the schema record's value, stored with the offset
+}
+
+// NewApplier validates cfg and creates the group member; it joins the
+// group when Run polls.
+func NewApplier(cfg ApplierConfig, target tidemark.StreamTarget) (*Applier, error) {
+	if cfg.ClientID == "" {
+		cfg.ClientID = "tidemark-apply"
+	}
+	if cfg.MaxRecords == 0 {
+		cfg.MaxRecords = 5000
+	}
+	if cfg.MetadataMaxAge == 0 {
+		cfg.MetadataMaxAge = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	switch {
+	case len(cfg.Brokers) == 0:
+		return nil, cfgErr("brokers", "required")
+	case cfg.Group == "":
+		return nil, cfgErr("group", "required")
+	case cfg.Topics == "":
+		return nil, cfgErr("topics", "required (a regular expression of change topics)")
+	case cfg.MaxRecords < 1:
+		return nil, cfgErr("max_records", "must be positive, got %d", cfg.MaxRecords)
+	}
+	if _, err := regexp.Compile(cfg.Topics); err != nil {
+		return nil, cfgErr("topics", "%v", err)
+	}
+	if _, err := regexp.Compile(cfg.Exclude); err != nil {
+		return nil, cfgErr("exclude", "%v", err)
+	}
+	a := &Applier{cfg: cfg, target: target, log: cfg.Logger.With("component", "apply", "group", cfg.Group),
+		parts: map[topicPartition]*partState{}, schemas: map[string]*announcedSchema{}}
+	klog := kgoLogger{l: a.log.With("lib", "franz-go")}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ClientID(cfg.ClientID),
+		kgo.WithLogger(klog),
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeRegex(),
+		kgo.ConsumeTopics(cfg.Topics),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.DisableAutoCommit(),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.MetadataMaxAge(cfg.MetadataMaxAge),
+		kgo.OnPartitionsAssigned(a.onAssigned),
+		kgo.AdjustFetchOffsetsFn(a.adjustOffsets),
+		kgo.OnPartitionsRevoked(a.onRevoked),
+		kgo.OnPartitionsLost(a.onRevoked),
+	}
+	if cfg.Exclude != "" {
+		opts = append(opts, kgo.ConsumeExcludeTopics(cfg.Exclude))
+	}
+	opts = append(opts, cfg.kgoOpts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("create applier: %w", err)
+	}
+	a.cl = cl
+	return a, nil
+}
+
+func (a *Applier) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	a.log.Info("partitions assigned", "partitions", fmt.Sprint(sortedParts(assigned)))
+}
+
+func (a *Applier) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for topic, ps := range revoked {
+		for _, p := range ps {
+			delete(a.parts, topicPartition{topic, p})
+		}
+	}
+	a.log.Info("partitions revoked", "partitions", fmt.Sprint(sortedParts(revoked)))
+}
+
+// adjustOffsets starts every newly assigned partition at the offset stored
+// in the target (at its start when there is none).
+func (a *Applier) adjustOffsets(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for topic, ps := range offsets {
+		parts := make([]int32, 0, len(ps))
+		for p := range ps {
+			parts = append(parts, p)
+		}
+		starts, err := a.restore(ctx, topic, parts)
+		if err != nil {
+			return nil, err
+		}
+		for p, at := range starts {
+			if at < 0 {
+				ps[p] = kgo.NewOffset().AtStart().WithEpoch(-1)
+			} else {
+				ps[p] = kgo.NewOffset().At(at).WithEpoch(-1)
+			}
+		}
+	}
+	return offsets, nil
+}
+
+// restore reads the stored offsets (and announced schemas) of partitions
+// of topic into the member's state and returns where each starts (-1: at
+// the partition's start). Callers hold a.mu.
+func (a *Applier) restore(ctx context.Context, topic string, parts []int32) (map[int32]int64, error) {
+	stored, err := a.target.Offsets(ctx, a.cfg.Group, topic)
+	if err != nil {
+		return nil, fmt.Errorf("read offsets of %s: %w", topic, err)
+	}
+	byPart := map[int32]tidemark.StreamOffset{}
+	for _, o := range stored {
+		byPart[o.Partition] = o
+	}
+	starts := make(map[int32]int64, len(parts))
+	for _, p := range parts {
+		st := &partState{prev: -1, hw: -1}
+		starts[p] = -1
+		if o, ok := byPart[p]; ok {
+			st.prev, st.next, starts[p] = o.Next, o.Next, o.Next
+			if o.Schema != "" {
+				as, err := a.schema([]byte(o.Schema))
+				if err != nil {
+					return nil, fmt.Errorf("stored schema of %s partition %d: %w", topic, p, err)
+				}
+				st.schema, st.json = as, o.Schema
+			}
+		}
+		a.parts[topicPartition{topic, p}] = st
+	}
+	return starts, nil
+}
+
+// schema parses a control record's value, sharing one *Table per schema.
+// Callers hold a.mu.
+func (a *Applier) schema(value []byte) (*announcedSchema, error) {
+	if as, ok := a.schemas[string(value)]; ok {
+		return as, nil
+	}
+	as, err := parseSchema(value)
+	if err != nil {
+		return nil, err
+	}
+	a.schemas[string(value)] = as
+	return as, nil
+}
+
+// Run consumes and applies until ctx is done (then it leaves the group and
+// returns nil) or an error that retrying cannot fix.
+func (a *Applier) Run(ctx context.Context) error {
+	defer a.cl.Close() // leaves the group
+	for {
+		fs := a.cl.PollRecords(ctx, a.cfg.MaxRecords)
+		if ctx.Err() != nil {
+			a.cl.AllowRebalance()
+			return nil
+		}
+		if fs.IsClientClosed() {
+			return errors.New("apply: the Kafka client was closed")
+		}
+		var ferr error
+		fs.EachError(func(topic string, p int32, err error) {
+			a.log.Warn("fetch failed", "topic", topic, "partition", p, "err", err)
+			if ferr == nil && !retryable(err) {
+				ferr = fmt.Errorf("fetch %s partition %d: %w", topic, p, err)
+			}
+		})
+		if ferr != nil {
+			a.cl.AllowRebalance()
+			return ferr
+		}
+		a.mu.Lock()
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			if st := a.parts[topicPartition{p.Topic, p.Partition}]; st != nil {
+				st.hw = p.HighWatermark
+			}
+		})
+		a.mu.Unlock()
+		err := a.apply(ctx, fs.Records())
+		if errors.Is(err, tidemark.ErrOffsetMoved) {
+			a.log.Warn("another member applied a partition of this batch (this member lost it without noticing); re-reading the stored offsets", "err", err)
+			err = a.reload(ctx)
+		}
+		a.cl.AllowRebalance()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// reload restarts every assigned partition at its stored offset, dropping
+// what was fetched beyond it.
+func (a *Applier) reload(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	byTopic := map[string][]int32{}
+	for tp := range a.parts {
+		byTopic[tp.topic] = append(byTopic[tp.topic], tp.partition)
+	}
+	set := map[string]map[int32]kgo.EpochOffset{}
+	for topic, ps := range byTopic {
+		starts, err := a.restore(ctx, topic, ps)
+		if err != nil {
+			return err
+		}
+		set[topic] = map[int32]kgo.EpochOffset{}
+		for p, at := range starts {
+			set[topic][p] = kgo.EpochOffset{Epoch: -1, Offset: max(at, 0)}
+		}
+	}
+	a.cl.SetOffsets(set)
+	return nil
+}
+
+// apply applies the polled records in one target transaction with the
+// partitions' new offsets; a schema control record first applies what came
+// before it, then creates or alters the target table.
+func (a *Applier) apply(ctx context.Context, recs []*kgo.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	start := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b := &tidemark.Batch{}
+	touched := map[topicPartition]*partState{}
+	flush := func() error {
+		if len(touched) == 0 {
+			return nil
+		}
+		for tp, st := range touched {
+			b.Offsets = append(b.Offsets, tidemark.StreamOffset{Group: a.cfg.Group, Topic: tp.topic, Partition: tp.partition,
+				Next: st.next, Schema: st.json, Prev: st.prev})
+		}
+		if b.Source == "" {
+			b.Source = "apply:" + a.cfg.Group
+		}
+		stats, err := a.target.Apply(ctx, b)
+		if err != nil {
+			return fmt.Errorf("apply %d changes of group %s: %w", len(b.Changes), a.cfg.Group, err)
+		}
+		for _, st := range touched {
+			st.prev = st.next
+		}
+		if stats.Skipped > 0 {
+			// Every record is applied once (offsets commit with the
+			// rows), so the guard only skips a change that an older
+			// publication already carried past: a re-published batch
+			// or a snapshot's rows. Worth a line.
+			a.log.Info("changes skipped by the version guard (the target already had newer versions)", "skipped", stats.Skipped, "changes", len(b.Changes))
+		}
+		if a.cfg.OnApply != nil {
+			a.cfg.OnApply(ApplyReport{Batch: b, Stats: stats, Records: len(b.Changes), Took: time.Since(start)})
+		}
+		b = &tidemark.Batch{}
+		clear(touched)
+		return nil
+	}
+	for _, r := range recs {
+		tp := topicPartition{r.Topic, r.Partition}
+		st := a.parts[tp]
+		if st == nil {
+			return fmt.Errorf("apply %s partition %d offset %d: the partition is not assigned to this member", r.Topic, r.Partition, r.Offset)
+		}
+		where := fmt.Sprintf("%s partition %d offset %d", r.Topic, r.Partition, r.Offset)
+		if ctl, ok := recordHeader(r, controlHeader); ok {
+			if string(ctl) != string(controlSchema) {
+				return fmt.Errorf("apply %s: unknown control record %q (a newer tidemark wrote it?)", where, ctl)
+			}
+			as, err := a.schema(r.Value)
+			if err != nil {
+				return fmt.Errorf("apply %s: %w", where, err)
+			}
+			if st.schema != as {
+				// Rows before the schema change first, then the
+				// new layout, then rows written with it.
+				if err := flush(); err != nil {
+					return err
+				}
+				if err := a.target.EnsureTable(ctx, as.table); err != nil {
+					return fmt.Errorf("apply %s: create or alter the target table of %s: %w", where, as.table.ID, err)
+				}
+				st.schema, st.json = as, string(r.Value)
+			}
+			if b.Source == "" {
+				b.Source = as.source
+			}
+			st.next = r.Offset + 1
+			touched[tp] = st
+			continue
+		}
+		st.next = r.Offset + 1
+		touched[tp] = st
+		st.records++
+		if r.Value == nil {
+			continue // a tombstone: the delete before it did the work
+		}
+		if v, _ := recordHeader(r, "schema_version"); string(v) != EnvelopeVersion {
+			return fmt.Errorf("apply %s: envelope version %q, this tidemark reads %q", where, v, EnvelopeVersion)
+		}
+		shape, _ := recordHeader(r, "table_schema")
+		if st.schema == nil || string(shape) != st.schema.fingerprint {
+			have := "none"
+			if st.schema != nil {
+				have = st.schema.fingerprint + " (" + st.schema.table.ID.String() + ")"
+			}
+			return fmt.Errorf("apply %s: the row was written with table schema %s, but the schema last announced on the partition is %s: refusing to write rows for a layout this applier has not applied (publish with target.kafka.control_records: true, and start appliers on topics written with it)", where, shape, have)
+		}
+		ch, err := decodeChange(r.Value, st.schema.table)
+		if err != nil {
+			return fmt.Errorf("apply %s: %w", where, err)
+		}
+		if b.Source == "" {
+			b.Source = st.schema.source
+		}
+		b.Changes = append(b.Changes, ch)
+	}
+	return flush()
+}
+
+func recordHeader(r *kgo.Record, key string) ([]byte, bool) {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return h.Value, true
+		}
+	}
+	return nil, false
+}
+
+// Status returns the partitions assigned to this member, sorted.
+func (a *Applier) Status() []PartitionStatus {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]PartitionStatus, 0, len(a.parts))
+	for tp, st := range a.parts {
+		ps := PartitionStatus{Topic: tp.topic, Partition: tp.partition, Next: st.prev, HighWatermark: st.hw, Records: st.records}
+		if ps.Next < 0 {
+			ps.Next = 0
+		}
+		if st.schema != nil {
+			ps.Table = st.schema.table.ID.String()
+		}
+		out = append(out, ps)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Topic != out[j].Topic {
+			return out[i].Topic < out[j].Topic
+		}
+		return out[i].Partition < out[j].Partition
+	})
+	return out
+}
+
+func sortedParts(m map[string][]int32) []string {
+	var out []string
+	for t, ps := range m {
+		sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
+		out = append(out, fmt.Sprintf("%s%v", t, ps))
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,301 @@
+package kafka
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"tidemark"
+)
+
+// Schema control records (Config.ControlRecords). Before the first change
+// of a table written with a schema, the sink writes to every partition of
+// the table's topic, in the same batch (and transaction) as that change, a
+// record with:
+//
+//	headers  tm_control=schema, schema_version, table_schema (the fingerprint hash)
+//	key      null
+//	value    {"control":"schema","source":"shop","database":"shop","table":"orders",
+//	          "fingerprint":"9f3c2a1b7d5e4f60",
+//	          "columns":[{"name":"id","kind":"int","bits":64,"precision":0,"scale":0,"nullable":false},…],
+//	          "key":[0]}
+//
+// Records of one partition are read in order, so an applier always reads
+// the schema before any row written with it: it creates or alters the
+// target table first, and refuses a row whose table_schema header it has no
+// schema for.
+
+// controlHeader is the header key that marks a control record (always the
+// first header); its value is the kind of control record.
+const controlHeader = "tm_control"
+
+var controlSchema = []byte("schema")
+
+type schemaColumn struct {
+	Name      string `json:"name"`
+	Kind      string `json:"kind"`
+	Bits      int    `json:"bits"`
+	Precision int    `json:"precision"`
+	Scale     int    `json:"scale"`
+	Nullable  bool   `json:"nullable"`
+}
+
+type schemaRecord struct {
+	Control     string         `json:"control"`
+	Source      string         `json:"source"`
+	Database    string         `json:"database"`
+	Table       string         `json:"table"`
+	Fingerprint string         `json:"fingerprint"`
+	Columns     []schemaColumn `json:"columns"`
+	Key         []int          `json:"key"`
+}
+
+// appendSchema appends the schema control record's value for t.
+func appendSchema(dst []byte, source string, t *tidemark.Table, fingerprint []byte) []byte {
+	rec := schemaRecord{Control: "schema", Source: source, Database: t.ID.Database, Table: t.ID.Name,
+		Fingerprint: string(fingerprint), Key: t.Key, Columns: make([]schemaColumn, len(t.Columns))}
+	for i, c := range t.Columns {
+		rec.Columns[i] = schemaColumn{Name: c.Name, Kind: c.Kind.String(), Bits: c.Bits, Precision: c.Precision, Scale: c.Scale, Nullable: c.Nullable}
+	}
+	b, _ := json.Marshal(rec) // strings, ints and bools only: cannot fail
+	return append(dst, b...)
+}
+
+// announcedSchema is a schema read from a control record.
+type announcedSchema struct {
+	source      string
+	table       *tidemark.Table
+	fingerprint string
+}
+
+// parseSchema decodes a schema control record's value. Every error names
+// what is wrong (never a value of a row: there are none).
+func parseSchema(value []byte) (*announcedSchema, error) {
+	var rec schemaRecord
+	dec := json.NewDecoder(bytes.NewReader(value))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rec); err != nil {
+		return nil, fmt.Errorf("decode schema record: %w", err)
+	}
+	if rec.Control != "schema" {
+		return nil, fmt.Errorf("decode schema record: control %q, want schema", rec.Control)
+	}
+	id := tidemark.TableID{Database: rec.Database, Name: rec.Table}
+	if err := tidemark.CheckIdentifier("database", rec.Database); err != nil {
+		return nil, fmt.Errorf("decode schema record: %w", err)
+	}
+	if err := tidemark.CheckIdentifier("table", rec.Table); err != nil {
+		return nil, fmt.Errorf("decode schema record: %w", err)
+	}
+	t := &tidemark.Table{ID: id, Key: rec.Key, Columns: make([]tidemark.Column, len(rec.Columns))}
+	for i, c := range rec.Columns {
+		if err := tidemark.CheckIdentifier("column of "+id.String(), c.Name); err != nil {
+			return nil, fmt.Errorf("decode schema record: %w", err)
+		}
+		k, ok := kindByName(c.Kind)
+		if !ok {
+			return nil, fmt.Errorf("decode schema record of %s: column %s: unknown kind %q", id, c.Name, c.Kind)
+		}
+		t.Columns[i] = tidemark.Column{Name: c.Name, Kind: k, Bits: c.Bits, Precision: c.Precision, Scale: c.Scale, Nullable: c.Nullable}
+	}
+	if len(t.Key) == 0 {
+		return nil, fmt.Errorf("decode schema record of %s: no business key", id)
+	}
+	for _, k := range t.Key {
+		if k < 0 || k >= len(t.Columns) {
+			return nil, fmt.Errorf("decode schema record of %s: key column index %d out of range", id, k)
+		}
+	}
+	return &announcedSchema{source: rec.Source, table: t, fingerprint: rec.Fingerprint}, nil
+}
+
+func kindByName(name string) (tidemark.Kind, bool) {
+	for k := tidemark.KindInt; k <= tidemark.KindSet; k++ {
+		if k.String() == name {
+			return k, true
+		}
+	}
+	return 0, false
+}
+
+// changeEnvelope is the part of a change envelope an applier needs.
+type changeEnvelope struct {
+	Op     string                     `json:"op"`
+	Before map[string]json.RawMessage `json:"before"`
+	After  map[string]json.RawMessage `json:"after"`
+	Source struct {
+		Name       string  `json:"name"`
+		Database   string  `json:"database"`
+		Table      string  `json:"table"`
+		CommitTime *string `json:"commit_time"`
+		Seq        uint64  `json:"seq"`
+		Index      uint32  `json:"index"`
+	} `json:"source"`
+}
+
+var opByCode = map[string]tidemark.Op{"c": tidemark.OpInsert, "u": tidemark.OpUpdate, "d": tidemark.OpDelete, "r": tidemark.OpRead}
+
+// decodeChange decodes a change envelope written with schema t, the inverse
+// of appendEnvelope. Errors name the table and column, never a value.
+func decodeChange(value []byte, t *tidemark.Table) (tidemark.Change, error) {
+	var env changeEnvelope
+	if err := json.Unmarshal(value, &env); err != nil {
+		return tidemark.Change{}, fmt.Errorf("decode change of %s: %w", t.ID, err)
+	}
+	if env.Source.Database != t.ID.Database || env.Source.Table != t.ID.Name {
+		return tidemark.Change{}, fmt.Errorf("decode change of %s: envelope names table %s.%s", t.ID, env.Source.Database, env.Source.Table)
+	}
+	op, ok := opByCode[env.Op]
+	if !ok {
+		return tidemark.Change{}, fmt.Errorf("decode change of %s: unknown op %q", t.ID, env.Op)
+	}
+	ch := tidemark.Change{Op: op, Table: t, Version: tidemark.Version{Seq: env.Source.Seq, Index: env.Source.Index}, Size: len(value)}
+	if env.Source.CommitTime != nil {
+		ct, err := time.Parse(time.RFC3339Nano, *env.Source.CommitTime)
+		if err != nil {
+			return tidemark.Change{}, fmt.Errorf("decode change of %s: commit_time: %w", t.ID, err)
+		}
+		ch.CommitTime = ct.UTC()
+	}
+	var err error
+	if env.Before != nil {
+		if ch.Before, err = decodeRow(env.Before, t); err != nil {
+			return tidemark.Change{}, err
+		}
+	}
+	if env.After != nil {
+		if ch.After, err = decodeRow(env.After, t); err != nil {
+			return tidemark.Change{}, err
+		}
+	}
+	switch {
+	case op == tidemark.OpDelete && ch.Before == nil, op != tidemark.OpDelete && ch.After == nil:
+		return tidemark.Change{}, fmt.Errorf("decode change of %s: op %s without its row image", t.ID, env.Op)
+	}
+	return ch, nil
+}
+
+func decodeRow(obj map[string]json.RawMessage, t *tidemark.Table) ([]any, error) {
+	if len(obj) != len(t.Columns) {
+		return nil, fmt.Errorf("decode row of %s: %d columns, the schema has %d", t.ID, len(obj), len(t.Columns))
+	}
+	row := make([]any, len(t.Columns))
+	for i := range t.Columns {
+		col := &t.Columns[i]
+		raw, ok := obj[col.Name]
+		if !ok {
+			return nil, fmt.Errorf("decode row of %s: column %s missing", t.ID, col.Name)
+		}
+		v, err := decodeValue(raw, col.Kind)
+		if err != nil {
+			return nil, &tidemark.ValueError{Table: t.ID, Column: col.Name, Detail: err.Error()}
+		}
+		row[i] = v
+	}
+	return row, nil
+}
+
+var errBadValue = errors.New("value does not match the column's kind")
+
+// decodeValue is the inverse of appendValue.
+func decodeValue(raw json.RawMessage, k tidemark.Kind) (any, error) {
+	if string(raw) == "null" {
+		return nil, nil
+	}
+	str := func() (string, error) {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", fmt.Errorf("kind %s: want a JSON string: %w", k, errBadValue)
+		}
+		return s, nil
+	}
+	switch k {
+	case tidemark.KindInt, tidemark.KindYear:
+		v, err := strconv.ParseInt(string(raw), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("kind %s: %w", k, errBadValue)
+		}
+		return v, nil
+	case tidemark.KindUint, tidemark.KindBit:
+		v, err := strconv.ParseUint(string(raw), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("kind %s: %w", k, errBadValue)
+		}
+		return v, nil
+	case tidemark.KindFloat:
+		v, err := strconv.ParseFloat(string(raw), 32)
+		if err != nil {
+			return nil, fmt.Errorf("kind %s: %w", k, errBadValue)
+		}
+		return float32(v), nil
+	case tidemark.KindDouble:
+		v, err := strconv.ParseFloat(string(raw), 64)
+		if err != nil {
+			return nil, fmt.Errorf("kind %s: %w", k, errBadValue)
+		}
+		return v, nil
+	case tidemark.KindJSON:
+		return tidemark.JSON(raw), nil
+	}
+	s, err := str()
+	if err != nil {
+		return nil, err
+	}
+	switch k {
+	case tidemark.KindDecimal:
+		return tidemark.Decimal(s), nil
+	case tidemark.KindText, tidemark.KindEnum, tidemark.KindSet:
+		return s, nil
+	case tidemark.KindBytes:
+		b, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			return nil, fmt.Errorf("kind %s: %w", k, errBadValue)
+		}
+		return b, nil
+	case tidemark.KindDate:
+		d, err := time.Parse("2006-01-02", s)
+		if err != nil {
+			return nil, fmt.Errorf("kind %s: %w", k, errBadValue)
+		}
+		return d, nil
+	case tidemark.KindTime:
+		return parseDuration(s)
+	case tidemark.KindDateTime, tidemark.KindTimestamp:
+		ts, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return nil, fmt.Errorf("kind %s: %w", k, errBadValue)
+		}
+		return ts.UTC(), nil
+	}
+	return nil, fmt.Errorf("unknown kind %s", k)
+}
+
+// parseDuration parses "[-]HH:MM:SS.ffffff" (appendDuration).
+func parseDuration(s string) (time.Duration, error) {
+	bad := fmt.Errorf("kind time: %w", errBadValue)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	hms, frac, ok := strings.Cut(s, ".")
+	parts := strings.Split(hms, ":")
+	if !ok || len(parts) != 3 || len(frac) != 6 {
+		return 0, bad
+	}
+	var n [4]int64
+	for i, p := range append(parts, frac) {
+		v, err := strconv.ParseInt(p, 10, 64)
+		if err != nil || v < 0 {
+			return 0, bad
+		}
+		n[i] = v
+	}
+	d := time.Duration(((n[0]*60+n[1])*60+n[2])*1_000_000+n[3]) * time.Microsecond
+	if neg {
+		d = -d
+	}
+	return d, nil
+}
