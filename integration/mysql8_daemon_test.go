@@ -112,11 +112,11 @@ metrics:
 	}
 	f.checkItems(t, db, want)
 
-	// Failover: A is gone; B (another UUID, binlog mysql-bin.*) has A's
+	// Failover: A (8.0) is gone; B (8.4, another UUID, binlog mysql-bin.*) has A's
 	// transactions and writes its own. tidemark restarts on the address.
 	addr := a.Addr()
 	a.Close()
-	b, err := mysqlprimary.Start(mysqlprimary.Config{ServerUUID: uuidB, ServerID: 2, Basename: "mysql-bin", Addr: addr, Password: f.env.MySQLPassword, User: f.env.MySQLUser})
+	b, err := mysqlprimary.Start(mysqlprimary.Config{Version: "8.4.3", ServerUUID: uuidB, ServerID: 2, Basename: "mysql-bin", Addr: addr, Password: f.env.MySQLPassword, User: f.env.MySQLUser})
 	if err != nil {
 		t.Fatal(err)
 	}

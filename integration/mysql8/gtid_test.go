@@ -45,7 +45,7 @@ func eqIDs(t *testing.T, got []tidemark.Change, want ...int64) {
 }
 
 // TestMySQLFailoverResumesByGTIDSet: tidemark streams A:1-3 from primary A;
-// A goes away and B, a replica promoted with A's transactions in its own
+// A goes away and B, an 8.4 replica promoted with A's transactions in its own
 // binlog files (other names, other offsets), takes its address and writes
 // B:1-2. The tailer reconnects and resumes by GTID set: exactly B's two
 // transactions, nothing skipped, nothing repeated, and positions carry
@@ -63,7 +63,7 @@ func TestMySQLFailoverResumesByGTIDSet(t *testing.T) {
 	// Resume from the checkpoint on the new primary.
 	addr := a.Addr()
 	a.Close()
-	b := startPrimary(t, mysqlprimary.Config{ServerUUID: uuidB, ServerID: 2, Basename: "mysql-bin", Addr: addr})
+	b := startPrimary(t, mysqlprimary.Config{Version: "8.4.3", ServerUUID: uuidB, ServerID: 2, Basename: "mysql-bin", Addr: addr})
 	b.Commit(mysqlprimary.Txn{GTID: uuidB + ":1", DB: "shop"}) // B's own first transaction, empty
 	b.Rotate()
 	commitN(t, b, []string{uuidA + ":1", uuidA + ":2", uuidA + ":3"}, 1) // replicated from A
@@ -102,7 +102,7 @@ func TestMySQLReconnectAfterFailover(t *testing.T) {
 	waitFor(t, func() bool { return a.Served() >= 2 })
 	addr := a.Addr()
 	a.Close()
-	b := startPrimary(t, mysqlprimary.Config{ServerUUID: uuidB, ServerID: 2, Basename: "mysql-bin", Addr: addr})
+	b := startPrimary(t, mysqlprimary.Config{Version: "8.4.3", ServerUUID: uuidB, ServerID: 2, Basename: "mysql-bin", Addr: addr})
 	commitN(t, b, []string{uuidA + ":1", uuidA + ":2"}, 1)
 	commitN(t, b, []string{"1", "2"}, 10)
 	<-done

@@ -19,54 +19,61 @@ import (
 // DATETIME/DATE/TIME inside JSON as MySQL prints them, deep nesting and a
 // document large enough for the large (32-bit offset) format.
 func TestMySQLJSONExact(t *testing.T) {
-	p := startPrimary(t, mysqlprimary.Config{ServerUUID: uuidA})
-	deep := any(mysqlprimary.JSONObject{{Key: "n", Value: uint64(18446744073709551615)}})
-	for i := 0; i < 90; i++ {
-		deep = []any{deep}
-	}
-	cases := []struct {
-		name string
-		v    any
-		want string
-	}{
-		{"big integers", []any{uint64(18446744073709551615), int64(-9223372036854775808), int64(9007199254740993)}, `[18446744073709551615, -9223372036854775808, 9007199254740993]`},
-		{"decimals", mysqlprimary.JSONObject{
-			{Key: "price", Value: mysqlprimary.JSONDecimal{Digits: "12.50", Precision: 10, Scale: 2}},
-			{Key: "huge", Value: mysqlprimary.JSONDecimal{Digits: "-12345678901234567890.123456789", Precision: 30, Scale: 9}},
-		}, `{"huge": -12345678901234567890.123456789, "price": 12.50}`},
-		{"doubles", []any{1.0, 0.1, 1e300, -2.5}, `[1.0, 0.1, 1e300, -2.5]`},
-		{"temporal", []any{
-			mysqlprimary.JSONTemporal{Type: mysqlprimary.TypeDateTime, Year: 2026, Month: 3, Day: 29, Hour: 1, Minute: 30, Us: 250000},
-			mysqlprimary.JSONTemporal{Type: mysqlprimary.TypeDate, Year: 1969, Month: 7, Day: 20},
-			mysqlprimary.JSONTemporal{Type: mysqlprimary.TypeTime, Hour: 838, Minute: 59, Second: 59},
-		}, `["2026-03-29 01:30:00.250000", "1969-07-20", "838:59:59.000000"]`},
-		{"deep", deep, strings.Repeat("[", 90) + `{"n": 18446744073709551615}` + strings.Repeat("]", 90)},
-		{"large", mysqlprimary.JSONObject{{Key: "s", Value: strings.Repeat("é", 40000)}, {Key: "t", Value: true}}, `{"s": "` + strings.Repeat("é", 40000) + `", "t": true}`},
-		{"null inside", mysqlprimary.JSONObject{{Key: "a", Value: nil}}, `{"a": null}`},
-	}
-	for i, c := range cases {
-		if err := p.Commit(mysqlprimary.Txn{GTID: strconv.Itoa(i + 1), DB: "shop", Rows: []mysqlprimary.Row{
-			{Op: mysqlprimary.Insert, Table: itemsTable, After: []any{int64(i + 1), c.name, mysqlprimary.JSON{V: c.v}}},
-		}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	changes, _, err := stream(t, newTailer(t, p, nil), tidemark.Position{}, len(cases))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			got, ok := changes[i].After[2].(tidemark.JSON)
-			if !ok {
-				t.Fatalf("value %T, want tidemark.JSON", changes[i].After[2])
+	for _, version := range versions {
+		t.Run(version, func(t *testing.T) {
+			p := startPrimary(t, mysqlprimary.Config{Version: version, ServerUUID: uuidA})
+			deep := any(mysqlprimary.JSONObject{{Key: "n", Value: uint64(18446744073709551615)}})
+			for i := 0; i < 90; i++ {
+				deep = []any{deep}
 			}
-			if !sameJSON(t, string(got), c.want) {
-				t.Fatalf("JSON\n%.300s\nwant\n%.300s", got, c.want)
+			cases := []struct {
+				name string
+				v    any
+				want string
+			}{
+				{"big integers", []any{uint64(18446744073709551615), int64(-9223372036854775808), int64(9007199254740993)}, `[18446744073709551615, -9223372036854775808, 9007199254740993]`},
+				{"decimals", mysqlprimary.JSONObject{
+					{Key: "price", Value: mysqlprimary.JSONDecimal{Digits: "12.50", Precision: 10, Scale: 2}},
+					{Key: "huge", Value: mysqlprimary.JSONDecimal{Digits: "-12345678901234567890.123456789", Precision: 30, Scale: 9}},
+				}, `{"huge": -12345678901234567890.123456789, "price": 12.50}`},
+				{"doubles", []any{1.0, 0.1, 1e300, -2.5}, `[1.0, 0.1, 1e300, -2.5]`},
+				{"temporal", []any{
+					mysqlprimary.JSONTemporal{Type: mysqlprimary.TypeDateTime, Year: 2026, Month: 3, Day: 29, Hour: 1, Minute: 30, Us: 250000},
+					mysqlprimary.JSONTemporal{Type: mysqlprimary.TypeDate, Year: 1969, Month: 7, Day: 20},
+					mysqlprimary.JSONTemporal{Type: mysqlprimary.TypeTime, Hour: 838, Minute: 59, Second: 59},
+				}, `["2026-03-29 01:30:00.250000", "1969-07-20", "838:59:59.000000"]`},
+				{"deep", deep, strings.Repeat("[", 90) + `{"n": 18446744073709551615}` + strings.Repeat("]", 90)},
+				{"large", mysqlprimary.JSONObject{{Key: "s", Value: strings.Repeat("é", 40000)}, {Key: "t", Value: true}}, `{"s": "` + strings.Repeat("é", 40000) + `", "t": true}`},
+				{"null inside", mysqlprimary.JSONObject{{Key: "a", Value: nil}}, `{"a": null}`},
+			}
+			for i, c := range cases {
+				if err := p.Commit(mysqlprimary.Txn{GTID: strconv.Itoa(i + 1), DB: "shop", Rows: []mysqlprimary.Row{
+					{Op: mysqlprimary.Insert, Table: itemsTable, After: []any{int64(i + 1), c.name, mysqlprimary.JSON{V: c.v}}},
+				}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			changes, _, err := stream(t, newTailer(t, p, nil), tidemark.Position{}, len(cases))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					got, ok := changes[i].After[2].(tidemark.JSON)
+					if !ok {
+						t.Fatalf("value %T, want tidemark.JSON", changes[i].After[2])
+					}
+					if !sameJSON(t, string(got), c.want) {
+						t.Fatalf("JSON\n%.300s\nwant\n%.300s", got, c.want)
+					}
+				})
 			}
 		})
 	}
 }
+
+// versions are the MySQL versions the stream tests run against.
+var versions = []string{"8.0.40", "8.4.3"}
 
 // sameJSON compares two JSON texts exactly up to white space: numbers by
 // their literal text, objects by key order.
@@ -97,34 +104,38 @@ func tokens(t *testing.T, s string) []any {
 // like the others, in order, and a restart from a position after one does
 // not read it again.
 func TestMySQLCompressedTransactions(t *testing.T) {
-	p := startPrimary(t, mysqlprimary.Config{ServerUUID: uuidA, Vars: map[string]string{"binlog_transaction_compression": "1"}})
-	commitN(t, p, []string{"1"}, 1)
-	if err := p.CommitCompressed(mysqlprimary.Txn{GTID: "2", DB: "shop", Rows: []mysqlprimary.Row{ins(2, "z"), ins(3, "z"),
-		{Op: mysqlprimary.Update, Table: itemsTable, Before: []any{int64(1), "1", nil}, After: []any{int64(1), "one", nil}}}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.CommitCompressed(mysqlprimary.Txn{GTID: "3", DB: "shop", Rows: []mysqlprimary.Row{{Op: mysqlprimary.Delete, Table: itemsTable, Before: []any{int64(2), "z", nil}}}}); err != nil {
-		t.Fatal(err)
-	}
-	commitN(t, p, []string{"4"}, 4)
-	changes, pos, err := stream(t, newTailer(t, p, nil), tidemark.Position{}, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eqIDs(t, changes, 1, 2, 3, 1, 2, 4)
-	if changes[3].Op != tidemark.OpUpdate || changes[3].After[1] != "one" || changes[4].Op != tidemark.OpDelete {
-		t.Fatalf("changes %v", changes)
-	}
-	if pos[1].GTID != uuidA+":1-2" || pos[2].GTID != uuidA+":1-3" {
-		t.Fatalf("positions %v", pos)
-	}
-	// Resume after the first compressed transaction, by GTID and by file.
-	for _, from := range []tidemark.Position{pos[1], {File: pos[1].File, Offset: pos[1].Offset}} {
-		changes, _, err = stream(t, newTailer(t, p, nil), from, 2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		eqIDs(t, changes, 2, 4)
+	for _, version := range versions {
+		t.Run(version, func(t *testing.T) {
+			p := startPrimary(t, mysqlprimary.Config{Version: version, ServerUUID: uuidA, Vars: map[string]string{"binlog_transaction_compression": "1"}})
+			commitN(t, p, []string{"1"}, 1)
+			if err := p.CommitCompressed(mysqlprimary.Txn{GTID: "2", DB: "shop", Rows: []mysqlprimary.Row{ins(2, "z"), ins(3, "z"),
+				{Op: mysqlprimary.Update, Table: itemsTable, Before: []any{int64(1), "1", nil}, After: []any{int64(1), "one", nil}}}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.CommitCompressed(mysqlprimary.Txn{GTID: "3", DB: "shop", Rows: []mysqlprimary.Row{{Op: mysqlprimary.Delete, Table: itemsTable, Before: []any{int64(2), "z", nil}}}}); err != nil {
+				t.Fatal(err)
+			}
+			commitN(t, p, []string{"4"}, 4)
+			changes, pos, err := stream(t, newTailer(t, p, nil), tidemark.Position{}, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eqIDs(t, changes, 1, 2, 3, 1, 2, 4)
+			if changes[3].Op != tidemark.OpUpdate || changes[3].After[1] != "one" || changes[4].Op != tidemark.OpDelete {
+				t.Fatalf("changes %v", changes)
+			}
+			if pos[1].GTID != uuidA+":1-2" || pos[2].GTID != uuidA+":1-3" {
+				t.Fatalf("positions %v", pos)
+			}
+			// Resume after the first compressed transaction, by GTID and by file.
+			for _, from := range []tidemark.Position{pos[1], {File: pos[1].File, Offset: pos[1].Offset}} {
+				changes, _, err = stream(t, newTailer(t, p, nil), from, 2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				eqIDs(t, changes, 2, 4)
+			}
+		})
 	}
 }
 
@@ -134,40 +145,44 @@ func TestMySQLCompressedTransactions(t *testing.T) {
 // transaction is prepared reads its XA PREPARE again (the positions leave
 // its GTID out).
 func TestMySQLXA(t *testing.T) {
-	p := startPrimary(t, mysqlprimary.Config{ServerUUID: uuidA})
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(p.XAPrepare("1", "shop", "x1", []mysqlprimary.Row{ins(10, "xa"), ins(11, "xa")}, false))
-	commitN(t, p, []string{"2"}, 12)
-	must(p.XAPrepare("3", "shop", "x2", []mysqlprimary.Row{ins(20, "rolled back")}, false))
-	must(p.XACommit("4", "shop", "x1"))
-	must(p.XARollback("5", "shop", "x2"))
-	must(p.XAPrepare("6", "shop", "x3", []mysqlprimary.Row{ins(30, "one phase")}, true))
+	for _, version := range versions {
+		t.Run(version, func(t *testing.T) {
+			p := startPrimary(t, mysqlprimary.Config{Version: version, ServerUUID: uuidA})
+			must := func(err error) {
+				t.Helper()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			must(p.XAPrepare("1", "shop", "x1", []mysqlprimary.Row{ins(10, "xa"), ins(11, "xa")}, false))
+			commitN(t, p, []string{"2"}, 12)
+			must(p.XAPrepare("3", "shop", "x2", []mysqlprimary.Row{ins(20, "rolled back")}, false))
+			must(p.XACommit("4", "shop", "x1"))
+			must(p.XARollback("5", "shop", "x2"))
+			must(p.XAPrepare("6", "shop", "x3", []mysqlprimary.Row{ins(30, "one phase")}, true))
 
-	changes, pos, err := stream(t, newTailer(t, p, nil), tidemark.Position{}, 4)
-	if err != nil {
-		t.Fatal(err)
+			changes, pos, err := stream(t, newTailer(t, p, nil), tidemark.Position{}, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eqIDs(t, changes, 12, 10, 11, 30)
+			if want := uuidA + ":2"; pos[0].GTID != want {
+				t.Fatalf("position after the commit between XA PREPARE and XA COMMIT: %q, want %q (the prepared GTID left out)", pos[0].GTID, want)
+			}
+			if want := uuidA + ":1-2:4"; pos[1].GTID != want {
+				t.Fatalf("position after XA COMMIT: %q, want %q", pos[1].GTID, want)
+			}
+			if want := uuidA + ":1-6"; pos[3].GTID != want {
+				t.Fatalf("last position %q, want %q", pos[3].GTID, want)
+			}
+			// A restart at the position between XA PREPARE and XA COMMIT.
+			changes, _, err = stream(t, newTailer(t, p, nil), pos[0], 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eqIDs(t, changes, 10, 11, 30)
+		})
 	}
-	eqIDs(t, changes, 12, 10, 11, 30)
-	if want := uuidA + ":2"; pos[0].GTID != want {
-		t.Fatalf("position after the commit between XA PREPARE and XA COMMIT: %q, want %q (the prepared GTID left out)", pos[0].GTID, want)
-	}
-	if want := uuidA + ":1-2:4"; pos[1].GTID != want {
-		t.Fatalf("position after XA COMMIT: %q, want %q", pos[1].GTID, want)
-	}
-	if want := uuidA + ":1-6"; pos[3].GTID != want {
-		t.Fatalf("last position %q, want %q", pos[3].GTID, want)
-	}
-	// A restart at the position between XA PREPARE and XA COMMIT.
-	changes, _, err = stream(t, newTailer(t, p, nil), pos[0], 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eqIDs(t, changes, 10, 11, 30)
 }
 
 // TestMySQLXAWithoutGTIDsRefused: without GTIDs a position cannot leave a
