@@ -189,43 +189,6 @@ func (t *Tailer) query(ctx context.Context, q string, args ...any) (*mysql.Resul
 	return r, nil
 }
 
-// checkServer verifies the source's binlog settings and names the setting
-// to change.
-func (t *Tailer) checkServer(ctx context.Context) error {
-	r, err := t.query(ctx, "SELECT @@log_bin, @@binlog_format, @@binlog_row_image")
-	if err != nil {
-		return fmt.Errorf("read binlog settings: %w", err)
-	}
-	logBin, _ := r.GetInt(0, 0)
-	format, _ := r.GetString(0, 1)
-	image, _ := r.GetString(0, 2)
-	if logBin != 1 {
-		return fmt.Errorf("check source %s: log_bin is OFF: enable it (log_bin=mysql-bin): %w", t.cfg.Name, tidemark.ErrSourceConfig)
-	}
-	if !strings.EqualFold(format, "ROW") {
-		return fmt.Errorf("check source %s: binlog_format is %s: set binlog_format=ROW: %w", t.cfg.Name, format, tidemark.ErrSourceConfig)
-	}
-	if !strings.EqualFold(image, "FULL") {
-		return fmt.Errorf("check source %s: binlog_row_image is %s: set binlog_row_image=FULL: %w", t.cfg.Name, image, tidemark.ErrSourceConfig)
-	}
-	r, err = t.query(ctx, "SELECT @@binlog_row_metadata")
-	if err != nil {
-		var me *mysql.MyError
-		if errors.As(err, &me) {
-			return fmt.Errorf("check source %s: the server has no binlog_row_metadata (MariaDB ≥ 10.5 or MySQL ≥ 8.0.1 is needed): %w", t.cfg.Name, tidemark.ErrSourceConfig)
-		}
-		return fmt.Errorf("read binlog_row_metadata: %w", err)
-	}
-	meta, _ := r.GetString(0, 0)
-	if !strings.EqualFold(meta, "FULL") {
-		return fmt.Errorf("check source %s: binlog_row_metadata is %s: set binlog_row_metadata=FULL so column names and the primary key arrive in the table map: %w", t.cfg.Name, meta, tidemark.ErrSourceConfig)
-	}
-	if t.cfg.Flavor == FlavorMySQL {
-		return t.checkMySQL(ctx)
-	}
-	return nil
-}
-
 var jsonCheckRE = regexp.MustCompile("(?i)^\\s*json_valid\\(`((?:[^`]|``)+)`\\)\\s*$")
 
 // jsonColumns returns the columns of a MariaDB table declared JSON, i.e.

@@ -124,6 +124,18 @@ type SourceConfig struct {
 	QueryTimeout  time.Duration         `yaml:"query_timeout"`
 	// ExcludeColumns removes columns per "db.table" pattern (PII).
 	ExcludeColumns map[string][]string `yaml:"exclude_columns"`
+	// LagBudget is how long tidemark may be stopped or behind without
+	// losing its binlog position (default 24h): `tidemark doctor` and
+	// `run` check the source's binlog expiry against it.
+	LagBudget time.Duration `yaml:"lag_budget"`
+}
+
+// lagBudget returns source.lag_budget or its default.
+func (c *Config) lagBudget() time.Duration {
+	if c.Source.LagBudget > 0 {
+		return c.Source.LagBudget
+	}
+	return 24 * time.Hour
 }
 
 // ZoneConfig is a time-zone override.

@@ -10,6 +10,7 @@
 //	tidemark resync --config F --table T  re-snapshot a (quarantined) table
 //	tidemark verify --config F            compare source and target in-database
 //	tidemark status --config F            positions, retention headroom, lag
+//	tidemark doctor --config F            check every source/target prerequisite
 //	tidemark plan --config F              print the target DDL, run nothing
 //	tidemark demo                         run the demo on the local services
 //	tidemark version                      print the version
@@ -84,6 +85,8 @@ commands:
                              asks the running daemon, or does it itself when none runs
   verify --config FILE [--table db.t]... [--since 24h] [--json]
                              compare source and target; exit 0 equal, 1 different, 2 error
+  doctor --config FILE       check every prerequisite of source and target (ok / warn / fix);
+                             exit 0 when nothing needs a fix, 1 otherwise
   status --config FILE [--json]
                              checkpoint, binlog retention headroom, per-table watermark/mode/lag
   plan --config FILE         print the DDL tidemark would run on the target (tables, NOT NULL,
@@ -117,6 +120,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdVerify(ctx, args[1:], stdout, stderr, func(c *Config) VerifyConfig { return c.Verify })
 	case "status":
 		return cmdStatus(ctx, args[1:], stdout, stderr)
+	case "doctor":
+		return cmdDoctor(ctx, args[1:], stdout, stderr)
 	case "plan":
 		return cmdPlan(ctx, args[1:], stdout, stderr)
 	case "demo":
@@ -487,6 +492,15 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 		return exitFailed
 	}
 	defer d.Close()
+	// The prerequisites `tidemark doctor` prints: the binlog settings stop
+	// the start (checkServer, when the stream starts); the others
+	// (privileges, retention against the lag budget, time-zone tables)
+	// are logged here.
+	for _, c := range d.tailer.Doctor(ctx, nil, cfg.lagBudget()) {
+		if c.Status != tidemark.CheckOK {
+			log.Warn("source prerequisite not met (see tidemark doctor)", "check", c.Name, "status", string(c.Status), "found", c.Found, "fix", c.Fix)
+		}
+	}
 	if d.dedupe != nil {
 		m.WatchDedupe(func(f func(string, uint64)) { d.dedupe.Stats().Each(f) })
 	}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"text/tabwriter"
+
+	"tidemark"
+	"tidemark/binlog"
+	"tidemark/checkpoint"
+	"tidemark/sink/postgres"
+)
+
+// cmdDoctor prints every prerequisite of the source and the target as ok,
+// warn or fix (with the fix) and exits 0 when none needs a fix, 1
+// otherwise. It changes nothing on either side.
+func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, _, err := loadConfigFlag("doctor", args, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "tidemark:", err)
+		return exitUsage
+	}
+	log := newLogger(LogConfig{Level: "error"}, stderr)
+	checks, err := doctorChecks(ctx, cfg, log)
+	if err != nil {
+		fmt.Fprintln(stderr, "tidemark:", err)
+		return exitUsage
+	}
+	printChecks(stdout, checks)
+	for _, c := range checks {
+		if c.Status == tidemark.CheckFix {
+			return exitFailed
+		}
+	}
+	return exitOK
+}
+
+// doctorChecks runs the source's checks (binlog.Tailer.Doctor, which
+// shares checkServer's) and the PostgreSQL target's; the stored checkpoint,
+// when the target has one, is compared with the source's identity.
+func doctorChecks(ctx context.Context, cfg *Config, log *slog.Logger) ([]tidemark.Check, error) {
+	bc, err := cfg.BinlogConfig()
+	if err != nil {
+		return nil, err
+	}
+	bc.Logger = log
+	tailer, err := binlog.New(bc)
+	if err != nil {
+		return nil, err
+	}
+	defer tailer.Close()
+	var target []tidemark.Check
+	var stored *tidemark.Position
+	if cfg.Target.Postgres != nil {
+		store, err := checkpoint.New(checkpoint.Config{Schema: cfg.Target.Postgres.ControlSchema})
+		if err != nil {
+			return nil, err
+		}
+		pc := cfg.PostgresSinkConfig()
+		pc.Checkpoints, pc.Logger, pc.SkipInit = store, log, true
+		sink, err := postgres.Open(ctx, pc)
+		if err != nil {
+			target = []tidemark.Check{{Name: "target connection", Status: tidemark.CheckFix, Found: err.Error(), Fix: "check target.postgres.dsn"}}
+		} else {
+			defer sink.Close()
+			target = sink.Doctor(ctx, store.Schema())
+			if target[0].Status == tidemark.CheckOK {
+				// No control table yet reads as an error: no checkpoint.
+				if pos, ok, err := sink.Checkpoint(ctx, cfg.Source.Name); err == nil && ok {
+					stored = &pos
+				}
+			}
+		}
+	} else {
+		target = []tidemark.Check{{Name: "target kafka", Status: tidemark.CheckWarn, Found: "not checked", Fix: "doctor checks PostgreSQL targets only"}}
+	}
+	return append(tailer.Doctor(ctx, stored, cfg.lagBudget()), target...), nil
+}
+
+func printChecks(w io.Writer, checks []tidemark.Check) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "STATUS\tCHECK\tFOUND")
+	for _, c := range checks {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Status, c.Name, c.Found)
+	}
+	tw.Flush()
+	first := true
+	for _, c := range checks {
+		if c.Status == tidemark.CheckOK || c.Fix == "" {
+			continue
+		}
+		if first {
+			fmt.Fprintln(w, "\nto do:")
+			first = false
+		}
+		fmt.Fprintf(w, "  %s %s: %s\n", c.Status, c.Name, c.Fix)
+	}
+}
