@@ -69,6 +69,7 @@ type options struct {
 	fallbackRows                                       int
 	runs                                               int
 	peerRows                                           int
+	applyRows                                          int
 }
 
 // loadAtStart is the load average when the bench started.
@@ -93,6 +94,7 @@ func main() {
 	flag.IntVar(&o.peerRows, "peers", 0, "instead: load a table of this many rows with pgloader and with tidemark's first-run snapshot")
 	flag.StringVar(&snapshotProfile, "snapshot-cpuprofile", "", "with -fallback: write a CPU profile of the first full reload to this file")
 	flag.IntVar(&o.fallbackRows, "fallback", 0, "instead: benchmark the fallback catch-up on a table of this many rows")
+	flag.IntVar(&o.applyRows, "apply", 0, "instead: benchmark the scale-out topology (1, 2, 3 appliers vs run) on a backlog of this many inserts")
 	flag.Parse()
 	loadAtStart = loadAvg()
 	// The same GC settings as the tidemark binary (cmd/tidemark tuneGC), for
@@ -101,6 +103,16 @@ func main() {
 	debug.SetMemoryLimit(200 << 20)
 	if o.peerRows > 0 {
 		if err := benchPeers(context.Background(), o); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if o.applyRows > 0 {
+		if o.out == "docs/PERFORMANCE.md" {
+			o.out = "docs/SCALE-OUT.md"
+		}
+		if err := benchApply(context.Background(), o); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}

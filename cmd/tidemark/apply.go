@@ -62,10 +62,20 @@ func (c *Config) applierConfig(log *slog.Logger) kafka.ApplierConfig {
 
 // cmdApply runs one member of the apply group until SIGINT/SIGTERM.
 func cmdApply(ctx context.Context, args []string, stderr io.Writer) int {
-	cfg, _, err := loadConfigFlag("apply", args, stderr)
+	var metricsListen string
+	cfg, _, err := loadConfigFlagWith("apply", args, stderr, func(fs *flagSet) {
+		fs.StringVar(&metricsListen, "metrics", "", `metrics address of this member, overriding metrics.listen ("off", or e.g. 127.0.0.1:9651 for a second member on one machine)`)
+	})
 	if err != nil {
 		fmt.Fprintln(stderr, "tidemark:", err)
 		return exitUsage
+	}
+	if metricsListen != "" {
+		cfg.Metrics.Listen = metricsListen
+		if err := cfg.Metrics.Validate(); err != nil {
+			fmt.Fprintln(stderr, "tidemark apply: --metrics:", err)
+			return exitUsage
+		}
 	}
 	if cfg.Apply == nil || cfg.Target.Postgres == nil || cfg.Target.Kafka == nil {
 		fmt.Fprintln(stderr, "tidemark apply: the config needs an apply section, target.postgres and target.kafka")

@@ -1,0 +1,304 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tidemark"
+	"tidemark/integration/harness"
+)
+
+// benchApply measures the scale-out topology (docs/SCALE-OUT.md) on the
+// local services: a backlog of rows inserts and rows/4 updates is drained
+//
+//	D  by `tidemark run` straight into PostgreSQL (the ceiling: one process)
+//	K  by the Kafka tailer (`tidemark run` with an apply section) into a
+//	   topic of 12 partitions
+//	A1, A2, A3 by 1, 2 and 3 `tidemark apply` processes from that topic into
+//	   fresh target tables
+//
+// and prints each rate and An/D, per run and as medians. An applier's time
+// runs from its group's first committed batch to the last (joining the
+// group is reported apart).
+func benchApply(ctx context.Context, o options) error {
+	s, err := connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.close(ctx)
+	brokers, err := s.env.Kafka()
+	if err != nil {
+		return err
+	}
+	cleanup, err := buildTidemark(&o)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	const db, table = "tidemark_bench_apply", "t"
+	rows := o.applyRows
+	for _, q := range []string{"DROP DATABASE IF EXISTS " + db, "CREATE DATABASE " + db, fmt.Sprintf(tableDDL, db+"."+table)} {
+		if _, err := s.my.Execute(q); err != nil {
+			return fmt.Errorf("set up source: %w", err)
+		}
+	}
+	from, err := harness.SourcePosition(s.my)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "bench apply: writing %d inserts and %d updates\n", rows, rows/4)
+	for i := 0; i < rows; i += 1000 {
+		var b strings.Builder
+		fmt.Fprintf(&b, "INSERT INTO %s.%s (id, amount, created_at, name, doc) VALUES ", db, table)
+		for j := i; j < min(i+1000, rows); j++ {
+			if j > i {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, "(%d, %d.%02d, '2026-11-29 10:00:00.%06d', 'name-%d', '{\"k\":%d}')", j, j, j%100, j%1000000, j, j)
+		}
+		if _, err := s.my.Execute(b.String()); err != nil {
+			return fmt.Errorf("write backlog: %w", err)
+		}
+	}
+	for i := 0; i < rows; i += 400 {
+		if _, err := s.my.Execute(fmt.Sprintf("UPDATE %s.%s SET amount = amount + 1 WHERE id BETWEEN %d AND %d", db, table, i, i+99)); err != nil {
+			return fmt.Errorf("write backlog: %w", err)
+		}
+	}
+	to, err := harness.SourcePosition(s.my)
+	if err != nil {
+		return err
+	}
+	changes := rows + rows/4
+
+	type figures struct{ direct, tail, join float64 }
+	var all []figures
+	var members [3][]float64
+	var ratios [3][]float64
+	var out strings.Builder
+	fmt.Fprintf(&out, "| run | D run → PostgreSQL | K tailer → Kafka | A1 | A2 | A3 | A1/D | A2/D | A3/D | group join |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for run := 1; run <= o.runs; run++ {
+		// D: tidemark run into PostgreSQL.
+		src := fmt.Sprintf("bench_direct_%d", run)
+		if err := resetSchema(ctx, s, db+"_d", src); err != nil {
+			return err
+		}
+		cfg, err := writeConfigDB(s.env, src, db, table, from)
+		if err != nil {
+			return err
+		}
+		setTargetSchema(cfg, db+"_d")
+		t0 := time.Now()
+		d, err := startDaemon(o.bin, cfg, s.env)
+		if err != nil {
+			return err
+		}
+		werr := harness.WaitCaughtUp(ctx, s.pg, "", src, to, 30*time.Minute)
+		direct := time.Since(t0)
+		if _, err := d.stop(); err != nil || werr != nil {
+			return fmt.Errorf("direct run: %v %v", werr, err)
+		}
+		os.Remove(cfg)
+
+		// K: the Kafka tailer.
+		prefix := fmt.Sprintf("tmbench%d%d", time.Now().Unix()%100000, run)
+		tsrc := fmt.Sprintf("bench_tail_%d", run)
+		tcfg, err := writeConfigDB(s.env, tsrc, db, table, from)
+		if err != nil {
+			return err
+		}
+		addScaleOut(tcfg, brokers, prefix, "bench-"+prefix)
+		t0 = time.Now()
+		tail, err := startDaemon(o.bin, tcfg, s.env)
+		if err != nil {
+			return err
+		}
+		if err := waitKafkaCheckpoint(ctx, o.bin, tcfg, s.env, to); err != nil {
+			tail.stop()
+			return err
+		}
+		tailTook := time.Since(t0)
+		if _, err := tail.stop(); err != nil {
+			return fmt.Errorf("tailer: %w", err)
+		}
+		topic := prefix + "." + db + "." + table
+		f := figures{direct: float64(changes) / direct.Seconds(), tail: float64(changes) / tailTook.Seconds()}
+		row := fmt.Sprintf("| %d | %.0f/s | %.0f/s |", run, f.direct, f.tail)
+		var ratioCells, joins []string
+		for k := 1; k <= 3; k++ {
+			schema := fmt.Sprintf("%s_a%d", db, k)
+			group := fmt.Sprintf("bench-%s-%d", prefix, k)
+			if err := resetSchema(ctx, s, schema, ""); err != nil {
+				return err
+			}
+			acfg, err := writeConfigDB(s.env, tsrc, db, table, from)
+			if err != nil {
+				return err
+			}
+			setTargetSchema(acfg, schema)
+			addScaleOut(acfg, brokers, prefix, group)
+			rate, join, err := drainWithAppliers(ctx, o.bin, acfg, s, brokers, topic, group, k, changes, schema+"."+table, rows)
+			os.Remove(acfg)
+			if err != nil {
+				return err
+			}
+			members[k-1] = append(members[k-1], rate)
+			ratios[k-1] = append(ratios[k-1], rate/f.direct)
+			row += fmt.Sprintf(" %.0f/s |", rate)
+			ratioCells = append(ratioCells, fmt.Sprintf(" %.2f |", rate/f.direct))
+			joins = append(joins, join.Round(100*time.Millisecond).String())
+		}
+		os.Remove(tcfg)
+		fmt.Fprintf(&out, "%s%s %s |\n", row, strings.Join(ratioCells, ""), strings.Join(joins, " / "))
+		all = append(all, f)
+		fmt.Fprint(os.Stderr, out.String())
+	}
+	var d, k []float64
+	for _, f := range all {
+		d, k = append(d, f.direct), append(k, f.tail)
+	}
+	fmt.Fprintf(&out, "| **median** | %.0f/s | %.0f/s | %.0f/s | %.0f/s | %.0f/s | **%.2f** | **%.2f** | **%.2f** | |\n",
+		medianOf(d), medianOf(k), medianOf(members[0]), medianOf(members[1]), medianOf(members[2]),
+		medianOf(ratios[0]), medianOf(ratios[1]), medianOf(ratios[2]))
+	body := fmt.Sprintf("## Measured: apply throughput\n\n`make bench-apply` (%s; load average at start %s): a backlog of %d inserts (1000-row transactions) and %d updates (100-row transactions) = %d changes; %d runs. D: `tidemark run` into PostgreSQL. K: the Kafka tailer (exactly once) into a topic of 12 partitions. A1–A3: 1, 2, 3 `tidemark apply` processes from that topic into fresh tables of the same PostgreSQL, timed from the group's first commit to its last.\n\n%s",
+		machine(), loadAtStart, rows, rows/4, changes, o.runs, out.String())
+	fmt.Println(body)
+	if o.out == "" {
+		return nil
+	}
+	return replaceSection(o.out, "Measured: apply throughput", body)
+}
+
+// resetSchema drops a target schema and a source's checkpoint.
+func resetSchema(ctx context.Context, s *services, schema, source string) error {
+	if _, err := s.pg.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+		return err
+	}
+	if source != "" {
+		_, _ = s.pg.Exec(ctx, "DELETE FROM tidemark.checkpoints WHERE source = $1", source)
+	}
+	return nil
+}
+
+func setTargetSchema(cfg, schema string) {
+	b, _ := os.ReadFile(cfg)
+	y := string(b)
+	i := strings.Index(y, "    schema: ")
+	j := i + strings.Index(y[i:], "\n")
+	os.WriteFile(cfg, []byte(y[:i]+"    schema: "+schema+y[j:]), 0o600)
+}
+
+// addScaleOut adds target.kafka and an apply section to a config written
+// by writeConfigDB.
+func addScaleOut(cfg string, brokers []string, prefix, group string) {
+	b, _ := os.ReadFile(cfg)
+	y := strings.Replace(string(b), "\nlog:", fmt.Sprintf(`
+  kafka:
+    brokers: [%s]
+    topic_prefix: %s
+    exactly_once: true
+    partitions: 12
+apply:
+  group: %s
+metrics:
+  listen: "off"
+log:`, strings.Join(brokers, ", "), prefix, group), 1)
+	os.WriteFile(cfg, []byte(y), 0o600)
+}
+
+// waitKafkaCheckpoint polls `tidemark checkpoint` (the tailer's, in Kafka)
+// until it reaches to.
+func waitKafkaCheckpoint(ctx context.Context, bin, cfg string, env harness.Env, to tidemark.Position) error {
+	deadline := time.Now().Add(30 * time.Minute)
+	for time.Now().Before(deadline) {
+		cmd := exec.CommandContext(ctx, bin, "checkpoint", "--config", cfg)
+		cmd.Env = append(os.Environ(), "TM_BENCH_PW="+env.MySQLPassword, "TM_BENCH_DSN="+env.PGDSN)
+		out, err := cmd.Output()
+		if err == nil {
+			if pos, perr := tidemark.ParsePosition(strings.TrimSpace(string(out))); perr == nil {
+				if c, cerr := pos.Compare(to); cerr == nil && c >= 0 {
+					return nil
+				}
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	return fmt.Errorf("the tailer did not reach %s", to)
+}
+
+// drainWithAppliers starts n appliers and waits until the group's stored
+// offsets reach the topic's end. It returns changes/s from the first
+// commit to the last, and the time to that first commit.
+func drainWithAppliers(ctx context.Context, bin, cfg string, s *services, brokers []string, topic, group string, n, changes int, target string, rows int) (float64, time.Duration, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		return 0, 0, err
+	}
+	var procs []*exec.Cmd
+	defer func() {
+		for _, p := range procs {
+			_ = p.Process.Signal(syscall.SIGTERM)
+			_ = p.Wait()
+		}
+	}()
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		cmd := exec.Command(bin, "apply", "--config", cfg)
+		cmd.Env = append(os.Environ(), "TM_BENCH_PW="+s.env.MySQLPassword, "TM_BENCH_DSN="+s.env.PGDSN)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			return 0, 0, err
+		}
+		procs = append(procs, cmd)
+	}
+	var first time.Time
+	deadline := time.Now().Add(30 * time.Minute)
+	for time.Now().Before(deadline) {
+		done, stored := true, 0
+		ends.Each(func(o kadm.ListedOffset) {
+			var next int64
+			err := s.pg.QueryRow(ctx, "SELECT next_offset FROM tidemark.stream_offsets WHERE consumer_group = $1 AND topic = $2 AND partition = $3",
+				group, topic, o.Partition).Scan(&next)
+			if err == nil {
+				stored++
+			}
+			// The end is one past the last record, or past the commit
+			// marker after it.
+			if err != nil || next < o.Offset-1 {
+				done = false
+			}
+		})
+		if stored > 0 && first.IsZero() {
+			first = time.Now()
+		}
+		if done {
+			took := time.Since(first)
+			var got int
+			if err := s.pg.QueryRow(ctx, "SELECT count(*) FROM "+target).Scan(&got); err != nil {
+				return 0, 0, err
+			}
+			if got != rows {
+				return 0, 0, fmt.Errorf("%d appliers drained %s but %s has %d rows, want %d", n, topic, target, got, rows)
+			}
+			// The rate in source changes (records also count schema
+			// records and commit markers).
+			return float64(changes) / took.Seconds(), first.Sub(t0), nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return 0, 0, fmt.Errorf("%d appliers did not drain %s", n, topic)
+}
