@@ -353,3 +353,29 @@ type TableStatus struct {
 	// timestamps).
 	Lag time.Duration
 }
+
+// VerifyRun is the outcome of one `tidemark verify` run, kept in the target
+// so that the daemon shows the last one (status page, metrics).
+type VerifyRun struct {
+	Source string
+	// Verdict is "equal", "different" or "error".
+	Verdict string
+	// Tables is the number of tables verified; Differing those that
+	// differ; Errors those that could not be verified.
+	Tables, Differing, Errors int
+	// Summary names the differing tables and what differs (never a
+	// value).
+	Summary string
+	// FinishedAt is the target's clock when the run was recorded.
+	FinishedAt time.Time
+}
+
+// VerifyRunStore stores the last VerifyRun per source in the target (a
+// CheckpointStore may implement it).
+type VerifyRunStore interface {
+	// SaveVerifyRun records r, replacing the source's previous run.
+	SaveVerifyRun(ctx context.Context, q Querier, r VerifyRun) error
+	// LastVerifyRun returns the source's last run; ok is false when
+	// there is none.
+	LastVerifyRun(ctx context.Context, q Querier, source string) (r VerifyRun, ok bool, err error)
+}

@@ -78,6 +78,7 @@ type Store struct {
 
 	loadOffsetsSQL, insertOffsetSQL, updateOffsetSQL string
 	offsetsName                                      string
+	saveVerifySQL, loadVerifySQL                     string
 }
 
 var (
@@ -100,6 +101,7 @@ func New(cfg Config) (*Store, error) {
 	wm := qs + ".watermarks"
 	tb := qs + ".tables"
 	so := qs + ".stream_offsets"
+	vr := qs + ".verify_runs"
 	s := &Store{
 		schema:          schema,
 		checkpointsName: schema + ".checkpoints",
@@ -148,7 +150,21 @@ CREATE TABLE IF NOT EXISTS %s (
 	table_schema   text NOT NULL DEFAULT '',
 	updated_at     timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (consumer_group, topic, partition)
-)`, ddlLockKey, qs, cp, wm, tb, so)
+);
+CREATE TABLE IF NOT EXISTS %s (
+	source      text PRIMARY KEY,
+	verdict     text NOT NULL,
+	tables      integer NOT NULL,
+	differing   integer NOT NULL,
+	errors      integer NOT NULL,
+	summary     text NOT NULL,
+	finished_at timestamptz NOT NULL DEFAULT now()
+)`, ddlLockKey, qs, cp, wm, tb, so, vr)
+	s.saveVerifySQL = `INSERT INTO ` + vr + ` (source, verdict, tables, differing, errors, summary, finished_at)
+VALUES ($1, $2, $3, $4, $5, $6, now())
+ON CONFLICT (source) DO UPDATE SET verdict = EXCLUDED.verdict, tables = EXCLUDED.tables, differing = EXCLUDED.differing,
+	errors = EXCLUDED.errors, summary = EXCLUDED.summary, finished_at = now()`
+	s.loadVerifySQL = `SELECT verdict, tables, differing, errors, summary, finished_at FROM ` + vr + ` WHERE source = $1`
 	s.loadPosSQL = `SELECT position FROM ` + cp + ` WHERE source = $1`
 	s.savePosSQL = `INSERT INTO ` + cp + ` AS c (source, position, gtid, file, pos, updated_at)
 VALUES ($1, $2, $3, $4, $5, now())
@@ -412,4 +428,33 @@ func (s *Store) SaveOffset(ctx context.Context, q tidemark.Querier, o tidemark.S
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
+}
+
+var _ tidemark.VerifyRunStore = (*Store)(nil)
+
+// SaveVerifyRun records the outcome of a verification of r.Source,
+// replacing the previous one (FinishedAt is the target's clock).
+func (s *Store) SaveVerifyRun(ctx context.Context, q tidemark.Querier, r tidemark.VerifyRun) error {
+	if r.Source == "" {
+		return fmt.Errorf("save verify run to %s.verify_runs: source: required", s.schema)
+	}
+	if err := q.Exec(ctx, s.saveVerifySQL, r.Source, r.Verdict, r.Tables, r.Differing, r.Errors, r.Summary); err != nil {
+		return fmt.Errorf("save verify run of %s to %s.verify_runs: %w", r.Source, s.schema, err)
+	}
+	return nil
+}
+
+// LastVerifyRun returns the last recorded verification of source; ok is
+// false when there is none.
+func (s *Store) LastVerifyRun(ctx context.Context, q tidemark.Querier, source string) (r tidemark.VerifyRun, ok bool, err error) {
+	r.Source = source
+	err = q.QueryRow(ctx, s.loadVerifySQL, source).Scan(&r.Verdict, &r.Tables, &r.Differing, &r.Errors, &r.Summary, &r.FinishedAt)
+	if errors.Is(err, tidemark.ErrNoRows) {
+		return r, false, nil
+	}
+	if err != nil {
+		return r, false, fmt.Errorf("load verify run of %s from %s.verify_runs: %w", source, s.schema, err)
+	}
+	r.FinishedAt = r.FinishedAt.UTC()
+	return r, true, nil
 }

@@ -132,6 +132,9 @@ ensure_packages() {
 	[[ -f /usr/share/zoneinfo/Asia/Kolkata ]] || pkgs+=(tzdata)
 	command -v java >/dev/null || pkgs+=(openjdk-17-jre-headless)
 	command -v mvn >/dev/null || pkgs+=(maven)
+	# the status page's browser test (headless) and the alert rules' check
+	command -v chromium >/dev/null || pkgs+=(chromium)
+	command -v promtool >/dev/null || pkgs+=(prometheus)
 	((${#pkgs[@]})) || return 0
 	is_root || die "missing packages (${pkgs[*]}); install them or run as root"
 	log "installing ${pkgs[*]} with apt-get"
@@ -144,7 +147,7 @@ ensure_packages() {
 		trap 'rm -f /usr/sbin/policy-rc.d' EXIT
 	fi
 	DEBIAN_FRONTEND=noninteractive apt-get update -q
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${pkgs[@]}"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o DPkg::Lock::Timeout=600 "${pkgs[@]}"
 	if ((created)); then
 		rm -f "$policy"
 		trap - EXIT

@@ -7,11 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
 	"tidemark"
+	"tidemark/binlog"
 	"tidemark/integration/harness"
 )
 
@@ -95,14 +97,48 @@ func demo(ctx context.Context, steps int, log *slog.Logger, out io.Writer) error
 	}
 	var changes atomic.Int64
 	var total tidemark.ApplyStats
-	d, err := wire(ctx, cfg, log, func(b *tidemark.Batch, s tidemark.ApplyStats, took time.Duration) {
+	m := NewMetrics()
+	var d *daemon
+	var src *binlog.Verifier
+	page := newStatusPage(sourceIdentity{Name: demoSource, Flavor: binlog.FlavorMariaDB, Addr: env.MySQLAddr, ServerID: 4201, Version: buildVersion()},
+		statusSource{
+			report: func(ctx context.Context) (*StatusReport, error) { return fullStatus(ctx, src, d.sink, cfg) },
+			lastVerify: func(ctx context.Context) (tidemark.VerifyRun, bool, error) {
+				return d.sink.LastVerifyRun(ctx, demoSource)
+			},
+		}, m)
+	d, err = wire(ctx, cfg, log, func(b *tidemark.Batch, s tidemark.ApplyStats, took time.Duration) {
 		changes.Add(int64(len(b.Changes)))
 		total.Add(s)
+		m.OnApply(b, s, took)
+		page.OnApply(b, s, took)
 	})
 	if err != nil {
 		return err
 	}
 	defer d.Close()
+	bc, err := cfg.BinlogConfig()
+	if err != nil {
+		return err
+	}
+	if src, err = binlog.NewVerifier(bc); err != nil {
+		return err
+	}
+	defer src.Close()
+	m.SetStatusPage(page)
+	// The status page, while the demo runs: on the daemon's default
+	// address, or any free port when that one is taken.
+	ln, err := net.Listen("tcp", DefaultMetricsListen)
+	if err != nil {
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return fmt.Errorf("listen for the status page: %w", err)
+		}
+	}
+	pageCtx, stopPage := context.WithCancel(ctx)
+	pageDone := make(chan error, 1)
+	go func() { pageDone <- m.serveOn(pageCtx, ln, log) }()
+	defer func() { stopPage(); <-pageDone }()
+	fmt.Fprintf(out, "status page: http://%s/ (while the demo runs; `tidemark run` serves it next to /metrics)\n\n", ln.Addr())
 	// A source with no GTID yet (a fresh server) gives no start position:
 	// the pipeline then snapshots the tables instead of replaying the
 	// binlog, and the report says so.

@@ -204,6 +204,9 @@ type daemon struct {
 	afterCatchUp func(ctx context.Context, since time.Time, rowsByTable map[string]int64) error
 	// onTableState, if set, receives table state changes (metrics).
 	onTableState func(tidemark.TableState)
+	// onCatchUp, if set, is called with true when an automatic catch-up
+	// starts and with false when it ends (status page).
+	onCatchUp func(running bool)
 }
 
 // wire builds the components from a validated config.
@@ -319,6 +322,10 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 	// The catch-up as the pipeline runs it: then the post-load duplicate
 	// assertion on the rows just loaded, and the metrics.
 	runCatchUp := func(ctx context.Context) (tidemark.Position, error) {
+		if d.onCatchUp != nil {
+			d.onCatchUp(true)
+			defer d.onCatchUp(false)
+		}
 		if sink == nil {
 			// Kafka alone: no table states to honour, no assertion.
 			rep, err := catchUp.RunReport(ctx, nil)
@@ -464,6 +471,27 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 		return exitUsage
 	}
 	log := newLogger(cfg.Log, stderr)
+	m := NewMetrics()
+	// The status page (served with /metrics) reads the databases through
+	// d and src, set below; it keeps the warnings and errors logged.
+	var d *daemon
+	var src *binlog.Verifier
+	page := newStatusPage(sourceIdentity{Name: cfg.Source.Name, Flavor: orDefault(cfg.Source.Flavor, binlog.FlavorMariaDB),
+		Addr: cfg.Source.Addr, ServerID: cfg.Source.ServerID, Version: buildVersion()}, statusSource{
+		report: func(ctx context.Context) (*StatusReport, error) {
+			if d == nil || d.sink == nil || src == nil {
+				return nil, errors.New("no PostgreSQL target to read the status from (yet)")
+			}
+			return fullStatus(ctx, src, d.sink, cfg)
+		},
+		lastVerify: func(ctx context.Context) (tidemark.VerifyRun, bool, error) {
+			if d == nil || d.sink == nil {
+				return tidemark.VerifyRun{}, false, nil
+			}
+			return d.sink.LastVerifyRun(ctx, cfg.Source.Name)
+		},
+	}, m)
+	log = slog.New(page.Tee(log.Handler()))
 	// SIGINT and SIGTERM are already caught (run): from this line on they
 	// stop the daemon cleanly.
 	log.Info("starting", "source", cfg.Source.Name, "version", buildVersion())
@@ -477,9 +505,9 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	var applied tidemark.ApplyStats
 	last := time.Now()
-	m := NewMetrics()
-	d, err := wire(ctx, cfg, log, func(b *tidemark.Batch, s tidemark.ApplyStats, took time.Duration) {
+	d, err = wire(ctx, cfg, log, func(b *tidemark.Batch, s tidemark.ApplyStats, took time.Duration) {
 		m.OnApply(b, s, took)
+		page.OnApply(b, s, took)
 		applied.Add(s)
 		if time.Since(last) >= 10*time.Second {
 			last = time.Now()
@@ -509,13 +537,15 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	bc, _ := cfg.BinlogConfig()
 	bc.Logger = log.With("component", "verify")
-	src, err := binlog.NewVerifier(bc)
+	src, err = binlog.NewVerifier(bc)
 	if err != nil {
 		log.Error("start failed", "err", err)
 		return exitFailed
 	}
 	defer src.Close()
 	d.onTableState = tableStateMetric(m)
+	d.onCatchUp = page.SetCatchUp
+	m.SetStatusPage(page)
 	g, gctx := errgroup.WithContext(ctx)
 	if d.sink != nil {
 		// The post-load duplicate assertion runs on PostgreSQL.
@@ -527,6 +557,9 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 		g.Go(func() error { return as.Run(gctx) })
 	}
 	g.Go(func() error { return m.Serve(gctx, cfg.Metrics, log.With("component", "metrics")) })
+	if d.sink != nil && cfg.Metrics.Listen != "off" {
+		g.Go(func() error { return page.WatchVerify(gctx, time.Minute) })
+	}
 	g.Go(func() error {
 		return m.WatchRetention(gctx, cfg.Metrics.RetentionInterval, retentionProbe(src, d.target, cfg.Source.Name), log)
 	})

@@ -77,11 +77,14 @@ type Metrics struct {
 	fallbackRows *prometheus.CounterVec
 	headroom     prometheus.Gauge
 	errors       *prometheus.CounterVec
+	verifyTables *prometheus.GaugeVec
+	verifyAt     prometheus.Gauge
 
 	ready atomic.Bool
 
 	mu     sync.Mutex
 	dedupe func(func(name string, v uint64))
+	page   http.Handler // the status page at /, nil: none
 }
 
 // NewMetrics registers tidemark's metrics (and the Go and process
@@ -111,8 +114,13 @@ func NewMetrics() *Metrics {
 	m.headroom.Set(math.NaN())
 	m.errors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tidemark_errors_total",
 		Help: "Errors by class."}, []string{"class"})
+	m.verifyTables = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tidemark_verify_tables",
+		Help: "Tables of the last `tidemark verify` of the source, by verdict (equal, different, error); absent until a run is recorded. Alert on verdict=\"different\" > 0."}, []string{"verdict"})
+	m.verifyAt = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tidemark_verify_last_run_timestamp_seconds",
+		Help: "When the last `tidemark verify` of the source finished (target clock); NaN until a run is recorded."})
+	m.verifyAt.Set(math.NaN())
 	m.reg.MustRegister(m.changes, m.applied, m.batchChanges, m.batchBytes, m.applySeconds, m.lag, m.lastCommit,
-		m.fallbackRuns, m.fallbackRows, m.headroom, m.errors, &dedupeCollector{m: m},
+		m.fallbackRuns, m.fallbackRows, m.headroom, m.errors, m.verifyTables, m.verifyAt, &dedupeCollector{m: m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range []string{"inserted", "updated", "deleted", "skipped", "coalesced"} {
 		m.applied.WithLabelValues(r)
@@ -309,6 +317,21 @@ func (c applierCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// SetVerify records the last verify run of the source.
+func (m *Metrics) SetVerify(r tidemark.VerifyRun) {
+	m.verifyTables.WithLabelValues("equal").Set(float64(r.Tables - r.Differing - r.Errors))
+	m.verifyTables.WithLabelValues("different").Set(float64(r.Differing))
+	m.verifyTables.WithLabelValues("error").Set(float64(r.Errors))
+	m.verifyAt.Set(float64(r.FinishedAt.UnixMilli()) / 1000)
+}
+
+// SetStatusPage makes Handler serve page at / (the status page).
+func (m *Metrics) SetStatusPage(page http.Handler) {
+	m.mu.Lock()
+	m.page = page
+	m.mu.Unlock()
+}
+
 // SetReady sets what /readyz answers (OnApply sets it).
 func (m *Metrics) SetReady(ok bool) { m.ready.Store(ok) }
 
@@ -341,10 +364,21 @@ func (c *dedupeCollector) Collect(ch chan<- prometheus.Metric) {
 	})
 }
 
-// Handler serves /metrics, /healthz (200 while the process runs) and
-// /readyz (200 once a batch has been committed and until SetReady(false)).
+// Handler serves /metrics, /healthz (200 while the process runs), /readyz
+// (200 once a batch has been committed and until SetReady(false)) and, once
+// SetStatusPage was called, the status page at /.
 func (m *Metrics) Handler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		m.mu.Lock()
+		page := m.page
+		m.mu.Unlock()
+		if page == nil {
+			http.NotFound(w, r)
+			return
+		}
+		page.ServeHTTP(w, r)
+	})
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
@@ -384,7 +418,7 @@ func (m *Metrics) serveOn(ctx context.Context, ln net.Listener, log *slog.Logger
 	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info("serving metrics", "addr", "http://"+ln.Addr().String()+"/metrics")
+	log.Info("serving metrics and the status page", "metrics", "http://"+ln.Addr().String()+"/metrics", "status", "http://"+ln.Addr().String()+"/")
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve metrics: %w", err)

@@ -13,6 +13,7 @@ import (
 	"tidemark"
 	"tidemark/binlog"
 	"tidemark/checkpoint"
+	"tidemark/sink/postgres"
 )
 
 // Table modes. There is no per-table state store yet: every table found in
@@ -174,21 +175,11 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitFailed
 	}
 	defer sink.Close()
-	var schemas []string
-	if s := cfg.Target.Postgres.Schema; s != "" {
-		schemas = []string{s}
-	}
-	rep, err := buildStatus(ctx, src, sink, bc.Name, controlSchema, schemas)
+	rep, err := fullStatus(ctx, src, sink, cfg)
 	if err != nil {
 		log.Error("status failed", "err", err)
 		return exitFailed
 	}
-	states, err := sink.TableStates(ctx, bc.Name)
-	if err != nil {
-		log.Error("status failed", "err", err)
-		return exitFailed
-	}
-	applyTableStates(rep, states, cfg.Target.Postgres.Schema)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -199,6 +190,29 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	printStatus(stdout, rep)
 	return exitOK
+}
+
+// fullStatus is the status of cfg's source: checkpoint, retention, tables
+// with their recorded modes.
+func fullStatus(ctx context.Context, src *binlog.Verifier, sink *postgres.Sink, cfg *Config) (*StatusReport, error) {
+	controlSchema := cfg.Target.Postgres.ControlSchema
+	if controlSchema == "" {
+		controlSchema = checkpoint.DefaultSchema
+	}
+	var schemas []string
+	if s := cfg.Target.Postgres.Schema; s != "" {
+		schemas = []string{s}
+	}
+	rep, err := buildStatus(ctx, src, sink, cfg.Source.Name, controlSchema, schemas)
+	if err != nil {
+		return nil, err
+	}
+	states, err := sink.TableStates(ctx, cfg.Source.Name)
+	if err != nil {
+		return nil, err
+	}
+	applyTableStates(rep, states, cfg.Target.Postgres.Schema)
+	return rep, nil
 }
 
 func fmtTime(t *time.Time) string {

@@ -841,7 +841,34 @@ func runVerify(ctx context.Context, cfg *Config, vc VerifyConfig, tables []strin
 		return nil, err
 	}
 	defer sink.Close()
-	return verifyTables(ctx, src, postgres.NewVerifier(sink), bc, cfg.Target.Postgres.Schema, vc, tables, since, log, progressOut)
+	rep, err := verifyTables(ctx, src, postgres.NewVerifier(sink), bc, cfg.Target.Postgres.Schema, vc, tables, since, log, progressOut)
+	if err != nil {
+		return nil, err
+	}
+	// Kept in the target for the daemon's status page and metrics; the
+	// report stands without it.
+	if err := sink.RecordVerifyRun(ctx, rep.Run()); err != nil {
+		log.Warn("could not record the verify run in the target", "err", err)
+	}
+	return rep, nil
+}
+
+// Run summarizes the report for the target's control tables.
+func (r *VerifyReport) Run() tidemark.VerifyRun {
+	run := tidemark.VerifyRun{Source: r.Source, Verdict: r.Verdict, Tables: len(r.Tables)}
+	var parts []string
+	for _, t := range r.Tables {
+		switch t.Verdict {
+		case verdictDifferent:
+			run.Differing++
+			parts = append(parts, fmt.Sprintf("%s: %d missing, %d extra, %d changed", t.Table, t.Missing, t.Extra, t.Changed))
+		case verdictError:
+			run.Errors++
+			parts = append(parts, t.Table+": not verified")
+		}
+	}
+	run.Summary = strings.Join(parts, "; ")
+	return run
 }
 
 // verifyTables runs the engine over the tables.

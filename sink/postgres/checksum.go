@@ -544,7 +544,7 @@ func (s *Sink) TableStatuses(ctx context.Context, source, controlSchema string, 
 	rows, err := s.pool.Query(ctx, `SELECT n.nspname, c.relname, c.reltuples::bigint
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r', 'p') AND n.nspname NOT LIKE 'pg\_%' AND n.nspname <> 'information_schema' AND n.nspname <> $1
-  AND (cardinality($2::text[]) = 0 OR n.nspname = ANY($2::text[]))
+  AND (coalesce(cardinality($2::text[]), 0) = 0 OR n.nspname = ANY($2::text[]))
   AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = $3 AND NOT a.attisdropped)
   AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = $4 AND NOT a.attisdropped)
 ORDER BY 1, 2`, controlSchema, schemas, colSeq, colLoadedAt)
