@@ -21,6 +21,10 @@ import (
 // first full reload of the fallback bench.
 var snapshotProfile string
 
+// fallbackChunkRows is the -chunk-rows flag: fallback.chunk_rows of the
+// fallback bench (0: tidemark's default).
+var fallbackChunkRows int
+
 // fallbackRun is one run of the fallback bench.
 type fallbackRun struct {
 	full     time.Duration // full reload (snapshot of every row)
@@ -78,7 +82,7 @@ func benchFallback(ctx context.Context, rows, runs int, out string) error {
 	}
 	defer sink.Close()
 	var calls callTimes
-	cu, err := fallback.New(fallback.Config{Source: "bench_fb", Tables: map[string]fallback.TableConfig{db + ".big": {Column: "updated_at", Lookback: time.Minute}}},
+	cu, err := fallback.New(fallback.Config{Source: "bench_fb", ChunkRows: fallbackChunkRows, Tables: map[string]fallback.TableConfig{db + ".big": {Column: "updated_at", Lookback: time.Minute}}},
 		timedSource{reader, &calls}, timedTarget{sink, &calls})
 	if err != nil {
 		return err
