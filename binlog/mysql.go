@@ -212,7 +212,8 @@ func eventName(ev *replication.BinlogEvent) string {
 
 // harmless reports whether an event the tailer does not act on may be
 // skipped inside a transaction: events that carry nothing tidemark
-// replicates (row-query text, heartbeats, ignorable events…).
+// replicates (row-query text, heartbeats, ignorable events, Group
+// Replication's view changes…).
 func harmless(ev *replication.BinlogEvent) bool {
 	switch ev.Event.(type) {
 	case *replication.TableMapEvent, *replication.RowsQueryEvent, *replication.IntVarEvent,
@@ -220,7 +221,13 @@ func harmless(ev *replication.BinlogEvent) bool {
 		*replication.MariadbAnnotateRowsEvent, *replication.MariadbBinlogCheckPointEvent, *replication.MariadbGTIDListEvent:
 		return true
 	}
-	return ev.Header.EventType == replication.IGNORABLE_EVENT
+	switch ev.Header.EventType {
+	case replication.IGNORABLE_EVENT,
+		// Group Replication's certification data and view changes: no rows.
+		replication.TRANSACTION_CONTEXT_EVENT, replication.VIEW_CHANGE_EVENT:
+		return true
+	}
+	return false
 }
 
 // pending reports whether a transaction has begun and not ended.

@@ -233,6 +233,26 @@ func TestMySQLUnknownEventInTransactionStops(t *testing.T) {
 	}
 }
 
+// TestMySQLHarmlessEventInTransactionPasses: a Group Replication view
+// change (VIEW_CHANGE_EVENT inside BEGIN … COMMIT) carries no rows and does
+// not stop the stream.
+func TestMySQLHarmlessEventInTransactionPasses(t *testing.T) {
+	p := startPrimary(t, mysqlprimary.Config{ServerUUID: uuidA})
+	commitN(t, p, []string{"1"}, 1)
+	if err := p.RawEvent("2", "", nil, 37, make([]byte, 52)); err != nil {
+		t.Fatal(err)
+	}
+	commitN(t, p, []string{"3"}, 3)
+	changes, pos, err := stream(t, newTailer(t, p, nil), tidemark.Position{}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eqIDs(t, changes, 1, 3)
+	if pos[2].GTID != uuidA+":1-3" {
+		t.Fatalf("positions %v", pos)
+	}
+}
+
 // TestMySQLStartChecks: each setting tidemark needs is checked at start,
 // with the fix in the message; gtid_mode=OFF resumes by file and offset.
 func TestMySQLStartChecks(t *testing.T) {
