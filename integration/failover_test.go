@@ -166,10 +166,15 @@ func TestFailoverFollowed(t *testing.T) {
 			if err := proxy.Retarget(b.Addr); err != nil {
 				t.Fatal(err)
 			}
+			// The running daemon reconnects (the proxy closed its
+			// connections) and finds another server.
+			if !waitFor(60*time.Second, func() bool { return strings.Contains(d.stderr.String(), "server 11 → 12") }) {
+				t.Fatalf("the switch was not noticed:\n%s", tail(d.stderr.String(), 30))
+			}
+			followed := time.Since(switched)
 			cb := f.connPrivate(t, b)
 			nB := load.runFor(t, cb, 2*time.Second)
 			lag := f.waitCheckpointAt(t, source, b, d)
-			followed := time.Since(switched)
 			if code := d.stop(t); code != 0 {
 				t.Fatalf("exit %d\n%s", code, tail(d.stderr.String(), 40))
 			}
@@ -197,7 +202,7 @@ func TestFailoverFollowed(t *testing.T) {
 			}
 			report(t, "failover followed ("+scheme+")", figures{
 				"txns_old_primary": nA, "txns_new_primary": nB, "rows": diff.SourceRows,
-				"followed_ms": ms(followed), "drain_after_writes_ms": ms(lag), "skipped": 0,
+				"switch_noticed_ms": ms(followed), "drain_after_writes_ms": ms(lag), "skipped": 0,
 			})
 		})
 	}
@@ -247,6 +252,7 @@ func TestFailoverToLaggingReplicaStops(t *testing.T) {
 	f.waitCheckpointAt(t, source, a, d)
 	a.kill()
 	b.promote(t)
+	switched := time.Now()
 	if err := proxy.Retarget(b.Addr); err != nil {
 		t.Fatal(err)
 	}
@@ -257,6 +263,7 @@ func TestFailoverToLaggingReplicaStops(t *testing.T) {
 		t.Fatalf("tidemark goes on after a failover to a lagging replica:\n%s", tail(d.stderr.String(), 30))
 	}
 	log := d.stderr.String()
+	stoppedAfter := time.Since(switched)
 	if code := d.cmd.ProcessState.ExitCode(); code == 0 {
 		t.Fatalf("exit 0 after a refused failover:\n%s", tail(log, 30))
 	}
@@ -292,7 +299,7 @@ func TestFailoverToLaggingReplicaStops(t *testing.T) {
 	if code := d.stop(t); code != 0 {
 		t.Fatalf("exit %d\n%s", code, tail(d.stderr.String(), 30))
 	}
-	report(t, "failover to a lagging replica", figures{"target_only_rows": lost})
+	report(t, "failover to a lagging replica", figures{"target_only_rows": lost, "stopped_after_ms": ms(stoppedAfter)})
 }
 
 // TestResetMasterWhileStopped: RESET MASTER on the source while tidemark is
