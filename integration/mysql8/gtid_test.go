@@ -2,6 +2,7 @@ package mysql8
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -154,5 +155,35 @@ func TestMySQLPurged(t *testing.T) {
 				t.Fatalf("err %v, want %v with %q", err, c.want, c.text)
 			}
 		})
+	}
+}
+
+// TestMySQLRotation: positions follow the rotated files; a resume by file
+// and offset (a checkpoint without a GTID set) learns the set from the next
+// file's PREVIOUS_GTIDS event, so later positions carry it again.
+func TestMySQLRotation(t *testing.T) {
+	p := startPrimary(t, mysqlprimary.Config{ServerUUID: uuidA})
+	commitN(t, p, []string{"1"}, 1)
+	p.Rotate()
+	commitN(t, p, []string{"2"}, 2)
+	p.Rotate()
+	commitN(t, p, []string{"3"}, 3)
+	changes, pos, err := stream(t, newTailer(t, p, nil), tidemark.Position{}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eqIDs(t, changes, 1, 2, 3)
+	for i, gtids := range []string{":1", ":1-2", ":1-3"} {
+		if file := "binlog.00000" + strconv.Itoa(i+1); pos[i].File != file || pos[i].GTID != uuidA+gtids {
+			t.Fatalf("position %d is %v, want %s%s in %s", i, pos[i], uuidA, gtids, file)
+		}
+	}
+	changes, pos, err = stream(t, newTailer(t, p, nil), tidemark.Position{File: pos[1].File, Offset: pos[1].Offset}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eqIDs(t, changes, 3)
+	if pos[0].GTID != uuidA+":1-3" || pos[0].File != "binlog.000003" {
+		t.Fatalf("resumed position %v, want %s:1-3 in binlog.000003", pos[0], uuidA)
 	}
 }
