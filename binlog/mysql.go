@@ -293,8 +293,11 @@ func (ms *mysqlStream) event(ev *replication.BinlogEvent, tx *txState, commit fu
 		if onePhase {
 			return true, commit(ev.Header)
 		}
-		if ms.set == nil || len(tx.mysqlGTIDs) == 0 {
+		if !t.mysqlGTIDMode || len(tx.mysqlGTIDs) == 0 {
 			return false, fmt.Errorf("XA PREPARE %s on a source without GTIDs: a file/offset position cannot leave a prepared transaction out, so a restart would lose its rows; set gtid_mode=ON (with enforce_gtid_consistency=ON) on the source: %w", xid, tidemark.ErrSourceConfig)
+		}
+		if ms.set == nil {
+			return false, fmt.Errorf("XA PREPARE %s while the GTID set of the position is not known yet (resumed by file and offset, before the next binlog file's PREVIOUS_GTIDS): a position could not leave the prepared transaction out; restart from a checkpoint with a GTID set, or after FLUSH BINARY LOGS on the source", xid)
 		}
 		if _, dup := ms.prepared[xid]; dup {
 			return false, fmt.Errorf("XA PREPARE %s while a transaction with that XID is already prepared", xid)
