@@ -13,7 +13,7 @@ WITH_ENV := eval "$$($(SERVICES) env)"
 .PHONY: build services test test-reliability test-long fmt-check vet demo bench bench-fallback bench-peers down status clean
 
 build:
-	go build -o bin/tidemark ./cmd/tidemark
+	go build -ldflags "-X main.version=$$(git describe --tags --always --dirty 2>/dev/null || echo dev) -X main.commit=$$(git rev-parse HEAD 2>/dev/null)" -o bin/tidemark ./cmd/tidemark
 
 services:
 	$(SERVICES) up

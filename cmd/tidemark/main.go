@@ -41,8 +41,14 @@ import (
 	"tidemark/sink/postgres"
 )
 
-// version is set with -ldflags "-X main.version=…".
-var version = "dev"
+// version and commit are set with -ldflags "-X main.version=… -X
+// main.commit=…" (make build, deploy/Containerfile). Without commit, the
+// VCS revision Go stamps into the build (go build in a git checkout) is
+// used.
+var (
+	version = "dev"
+	commit  = ""
+)
 
 // Exit codes.
 const (
@@ -136,14 +142,40 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func buildVersion() string {
-	v := version
+	var settings []debug.BuildSetting
+	goVersion := ""
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				v += " (" + s.Value[:12] + ")"
+		settings, goVersion = bi.Settings, bi.GoVersion
+	}
+	return formatVersion(version, commit, settings, goVersion)
+}
+
+// formatVersion is "<version> (<commit, 12 digits>[, modified]) <go
+// version>": the commit from -ldflags, else vcs.revision; "unknown commit"
+// when neither is there.
+func formatVersion(version, commit string, settings []debug.BuildSetting, goVersion string) string {
+	modified := false
+	if commit == "" {
+		for _, s := range settings {
+			switch s.Key {
+			case "vcs.revision":
+				commit = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
 			}
 		}
-		v += " " + bi.GoVersion
+	}
+	v := version
+	switch {
+	case commit == "":
+		v += " (unknown commit)"
+	case modified:
+		v += " (" + commit[:min(12, len(commit))] + ", modified)"
+	default:
+		v += " (" + commit[:min(12, len(commit))] + ")"
+	}
+	if goVersion != "" {
+		v += " " + goVersion
 	}
 	return v
 }
