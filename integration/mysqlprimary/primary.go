@@ -222,25 +222,11 @@ func (p *Primary) Unscripted() []string {
 	return append([]string(nil), p.unscripted...)
 }
 
-// Executed returns @@gtid_executed.
-func (p *Primary) Executed() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.executed.String()
-}
-
 // Served returns how many transactions the primary has sent to replicas.
 func (p *Primary) Served() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.served
-}
-
-// CurrentFile returns the name of the file being written.
-func (p *Primary) CurrentFile() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.files[len(p.files)-1].name
 }
 
 func (p *Primary) format() vtmysql.BinlogFormat {
@@ -317,7 +303,8 @@ func (p *Primary) PurgeTo(name string) error {
 
 // Txn is a transaction to write.
 type Txn struct {
-	// GTID is "uuid:n", or "" for an anonymous transaction (gtid_mode=OFF).
+	// GTID is "uuid:n", "n" (this server's UUID), or "" for an anonymous
+	// transaction (gtid_mode=OFF).
 	GTID string
 	// DB is the default database of its statements.
 	DB   string
@@ -477,14 +464,17 @@ type handler struct {
 	env *vtenv.Environment
 }
 
+// Env is the vitess environment (server version, collations).
 func (h *handler) Env() *vtenv.Environment { return h.env }
 
+// NewConnection records a connection, so that Close can end it.
 func (h *handler) NewConnection(c *vtmysql.Conn) {
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
 	h.p.conns[c] = true
 }
 
+// ConnectionClosed forgets a connection.
 func (h *handler) ConnectionClosed(c *vtmysql.Conn) {
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
@@ -492,14 +482,17 @@ func (h *handler) ConnectionClosed(c *vtmysql.Conn) {
 	delete(h.p.hbPeriod, c.ConnectionID)
 }
 
+// WarningCount is 0: the primary raises no warnings.
 func (h *handler) WarningCount(*vtmysql.Conn) uint16 { return 0 }
 
+// ComQueryMulti answers one query at a time, as ComQuery.
 func (h *handler) ComQueryMulti(c *vtmysql.Conn, sql string, callback func(sqltypes.QueryResponse, bool, bool) error) error {
 	return h.ComQuery(c, sql, func(r *sqltypes.Result) error {
 		return callback(sqltypes.QueryResponse{QueryResult: r}, false, true)
 	})
 }
 
+// ComRegisterReplica accepts COM_REGISTER_SLAVE.
 func (h *handler) ComRegisterReplica(*vtmysql.Conn, string, uint16, string, string) error { return nil }
 
 var (
@@ -543,6 +536,7 @@ func textResult(columns []string, rows ...[]any) *sqltypes.Result {
 var numericVars = map[string]bool{"log_bin": true, "server_id": true, "binlog_transaction_compression": true,
 	"binlog_expire_logs_seconds": true, "log_replica_updates": true, "log_slave_updates": true}
 
+// ComQuery answers a text-protocol query (see answer), recording it.
 func (h *handler) ComQuery(c *vtmysql.Conn, query string, callback func(*sqltypes.Result) error) error {
 	p := h.p
 	q := normalize(query)
