@@ -143,16 +143,18 @@ func TestManualCatchupBesideDaemon(t *testing.T) {
 	f.forgetStates(t, db)
 	f.exec(t, "CREATE DATABASE "+db, "USE "+db,
 		"CREATE TABLE t (id INT PRIMARY KEY, v INT, pad VARCHAR(200), updated_at DATETIME(6), KEY (updated_at))",
-		"INSERT INTO t SELECT seq, seq, REPEAT('x', 200), NOW(6) FROM seq_1_to_30000")
+		"INSERT INTO t SELECT seq, seq, REPEAT('x', 200), NOW(6) FROM seq_1_to_20000")
 	cfg := f.configYAMLWith(t, db, db, db, "UTC", tidemark.Position{}, fmt.Sprintf(`fallback:
-  chunk_rows: 5000
+  chunk_rows: 4000
   lookback: 1h
   tables:
     %[1]s.t: {column: updated_at}
 `, db))
+	watchI5(t, f, db) // a resurrection is an insert after a newer delete
 	d := f.startDaemon(t, cfg)
 	defer cleanupDaemon(&d)
 	f.waitRunningCaughtUp(t, db, d)
+	i5Watched(t, f, db, "t")
 
 	// Deletes of random rows while the catch-up runs.
 	del, err := f.env.MySQL()
@@ -171,7 +173,7 @@ func TestManualCatchupBesideDaemon(t *testing.T) {
 				return
 			default:
 			}
-			if _, err := del.Execute(fmt.Sprintf("DELETE FROM %s.t WHERE id = %d", db, 1+(i*7919)%30000)); err != nil {
+			if _, err := del.Execute(fmt.Sprintf("DELETE FROM %s.t WHERE id = %d", db, 1+(i*7919)%20000)); err != nil {
 				return
 			}
 			n++
@@ -197,6 +199,7 @@ func TestManualCatchupBesideDaemon(t *testing.T) {
 	if !diff.Equal() {
 		t.Errorf("deleted rows came back: %s\n%s", diff, strings.Join(diff.Examples, "\n"))
 	}
+	checkI5(t, f, db, false)
 	for i, out := range outs {
 		if codes[i] != 1 || !strings.Contains(out, "a tidemark daemon is streaming source "+db) || !strings.Contains(out, "tidemark resync --table") {
 			t.Fatalf("catch-up beside a streaming daemon: exit %d, want 1 and a refusal naming the source:\n%s", codes[i], out)

@@ -538,9 +538,10 @@ func TestHotKeyTenThousandUpdatesOneFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := f.relConfig(t, db, db, relOpts{Start: start, NoBatch: true, Extra: "batch:\n  max_delay: 2s\n"})
+	watchI5(t, f, db)
 	d := f.startDaemon(t, cfg)
 	f.caughtUpIn(t, db, d, time.Minute)
-	installI5(t, f, db, "hot", "id")
+	i5Watched(t, f, db, "hot")
 	my, err := f.env.MySQL()
 	if err != nil {
 		t.Fatal(err)

@@ -651,40 +651,36 @@ func (m *monitor) check(t *testing.T) {
 // ---------------------------------------------------------------------------
 // I5: a version-regression trigger
 
-// installI5 puts triggers on a target table that record, in
-// <schema>.rel_i5, every UPDATE that lowers (_tm_seq, _tm_idx) and every
-// INSERT of a key whose deleted version (kept in <schema>.rel_i5_tomb) is
-// newer: an older version applied after a newer one.
-func installI5(t *testing.T, f *fixture, schema, table string, key ...string) {
+// i5Setup creates, in schema, the tables the I5 trigger records into and the
+// trigger function: it records every UPDATE that lowers (_tm_seq, _tm_idx)
+// and every INSERT of a key whose deleted version (kept in
+// <schema>.rel_i5_tomb) is newer: an older version applied after a newer
+// one. The trigger's arguments name the business-key columns.
+func i5Setup(t *testing.T, f *fixture, schema string) {
 	t.Helper()
 	s := pgx.Identifier{schema}.Sanitize()
-	tbl := pgx.Identifier{schema, table}.Sanitize()
-	keyExpr := func(rec string) string {
-		parts := make([]string, len(key))
-		for i, k := range key {
-			parts[i] = rec + "." + pgx.Identifier{k}.Sanitize() + "::text"
-		}
-		return "concat_ws('|', " + strings.Join(parts, ", ") + ")"
-	}
-	fn := pgx.Identifier{schema, "rel_i5_" + table}.Sanitize()
 	sql := fmt.Sprintf(`
+CREATE SCHEMA IF NOT EXISTS %[1]s;
 CREATE TABLE IF NOT EXISTS %[1]s.rel_i5 (tbl text, key text, kind text, old_seq bigint, old_idx int, new_seq bigint, new_idx int, at timestamptz DEFAULT clock_timestamp());
 CREATE TABLE IF NOT EXISTS %[1]s.rel_i5_tomb (tbl text, key text, seq bigint, idx int, PRIMARY KEY (tbl, key));
-CREATE OR REPLACE FUNCTION %[2]s() RETURNS trigger LANGUAGE plpgsql AS $f$
-DECLARE k text; tomb record;
+CREATE OR REPLACE FUNCTION %[1]s.rel_i5_row() RETURNS trigger LANGUAGE plpgsql AS $f$
+DECLARE k text := ''; j jsonb; tomb record;
 BEGIN
+  IF TG_OP = 'DELETE' THEN j := to_jsonb(OLD); ELSE j := to_jsonb(NEW); END IF;
+  FOR i IN 0 .. TG_NARGS - 1 LOOP
+    IF i > 0 THEN k := k || '|'; END IF;
+    k := k || coalesce(j ->> TG_ARGV[i], '');
+  END LOOP;
   IF TG_OP = 'UPDATE' THEN
     IF (NEW._tm_seq, NEW._tm_idx) < (OLD._tm_seq, OLD._tm_idx) THEN
-      INSERT INTO %[1]s.rel_i5 VALUES (TG_TABLE_NAME, %[3]s, 'update regressed', OLD._tm_seq, OLD._tm_idx, NEW._tm_seq, NEW._tm_idx);
+      INSERT INTO %[1]s.rel_i5 VALUES (TG_TABLE_NAME, k, 'update regressed', OLD._tm_seq, OLD._tm_idx, NEW._tm_seq, NEW._tm_idx);
     END IF;
     RETURN NEW;
   ELSIF TG_OP = 'DELETE' THEN
-    k := %[4]s;
     INSERT INTO %[1]s.rel_i5_tomb VALUES (TG_TABLE_NAME, k, OLD._tm_seq, OLD._tm_idx)
       ON CONFLICT (tbl, key) DO UPDATE SET seq = EXCLUDED.seq, idx = EXCLUDED.idx;
     RETURN OLD;
   ELSE
-    k := %[3]s;
     SELECT * INTO tomb FROM %[1]s.rel_i5_tomb WHERE tbl = TG_TABLE_NAME AND key = k;
     IF FOUND AND (NEW._tm_seq, NEW._tm_idx) < (tomb.seq, tomb.idx) THEN
       INSERT INTO %[1]s.rel_i5 VALUES (TG_TABLE_NAME, k, 'insert after newer delete', tomb.seq, tomb.idx, NEW._tm_seq, NEW._tm_idx);
@@ -692,11 +688,73 @@ BEGIN
     RETURN NEW;
   END IF;
 END $f$;
-DROP TRIGGER IF EXISTS rel_i5 ON %[5]s;
-CREATE TRIGGER rel_i5 BEFORE INSERT OR UPDATE OR DELETE ON %[5]s FOR EACH ROW EXECUTE FUNCTION %[2]s();
-`, s, fn, keyExpr("NEW"), keyExpr("OLD"), tbl)
+`, s)
+	if _, err := f.pg.Exec(f.ctx, sql); err != nil {
+		t.Fatalf("set up I5 in %s: %v", s, err)
+	}
+}
+
+// installI5 puts the I5 trigger (i5Setup) on an existing target table.
+func installI5(t *testing.T, f *fixture, schema, table string, key ...string) {
+	t.Helper()
+	i5Setup(t, f, schema)
+	tbl := pgx.Identifier{schema, table}.Sanitize()
+	args := make([]string, len(key))
+	for i, k := range key {
+		args[i] = "'" + strings.ReplaceAll(k, "'", "''") + "'"
+	}
+	sql := fmt.Sprintf(`DROP TRIGGER IF EXISTS rel_i5 ON %[1]s;
+CREATE TRIGGER rel_i5 BEFORE INSERT OR UPDATE OR DELETE ON %[1]s FOR EACH ROW EXECUTE FUNCTION %[2]s.rel_i5_row(%[3]s);`,
+		tbl, pgx.Identifier{schema}.Sanitize(), strings.Join(args, ", "))
 	if _, err := f.pg.Exec(f.ctx, sql); err != nil {
 		t.Fatalf("install I5 trigger on %s: %v", tbl, err)
+	}
+}
+
+// watchI5 puts the I5 trigger on every table the daemon creates in schema
+// from now on (an event trigger on CREATE TABLE, keyed by the table's
+// primary key), so that I5 also watches the first snapshot or the first
+// rows streamed, not only what comes after the tables exist.
+func watchI5(t *testing.T, f *fixture, schema string) {
+	t.Helper()
+	i5Setup(t, f, schema)
+	s := pgx.Identifier{schema}.Sanitize()
+	ev := pgx.Identifier{"rel_i5_" + schema}.Sanitize()
+	lit := "'" + strings.ReplaceAll(schema, "'", "''") + "'"
+	sql := fmt.Sprintf(`
+CREATE OR REPLACE FUNCTION %[1]s.rel_i5_attach() RETURNS event_trigger LANGUAGE plpgsql AS $f$
+DECLARE obj record; cols text;
+BEGIN
+  FOR obj IN SELECT * FROM pg_event_trigger_ddl_commands() WHERE command_tag = 'CREATE TABLE' AND object_type = 'table' AND schema_name = %[2]s LOOP
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = obj.objid AND attname = '_tm_seq' AND NOT attisdropped) THEN
+      CONTINUE;
+    END IF;
+    SELECT string_agg(quote_literal(a.attname), ', ' ORDER BY array_position(i.indkey::int2[], a.attnum)) INTO cols
+      FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey::int2[])
+      WHERE i.indrelid = obj.objid AND i.indisprimary;
+    IF cols IS NOT NULL THEN
+      EXECUTE format('CREATE TRIGGER rel_i5 BEFORE INSERT OR UPDATE OR DELETE ON %%s FOR EACH ROW EXECUTE FUNCTION %%I.rel_i5_row(%%s)', obj.object_identity, %[2]s, cols);
+    END IF;
+  END LOOP;
+END $f$;
+DROP EVENT TRIGGER IF EXISTS %[3]s;
+CREATE EVENT TRIGGER %[3]s ON ddl_command_end WHEN TAG IN ('CREATE TABLE') EXECUTE FUNCTION %[1]s.rel_i5_attach();
+`, s, lit, ev)
+	if _, err := f.pg.Exec(f.ctx, sql); err != nil {
+		t.Fatalf("watch I5 in %s: %v", s, err)
+	}
+	t.Cleanup(func() { _, _ = f.pg.Exec(context.Background(), "DROP EVENT TRIGGER IF EXISTS "+ev) })
+}
+
+// i5Watched fails the test unless every listed target table carries the
+// I5 trigger (watchI5 attached it when the daemon created the table).
+func i5Watched(t *testing.T, f *fixture, schema string, tables ...string) {
+	t.Helper()
+	for _, tbl := range tables {
+		var n int
+		if err := f.pg.QueryRow(f.ctx, "SELECT count(*) FROM pg_trigger WHERE tgname = 'rel_i5' AND tgrelid = to_regclass($1)", pgx.Identifier{schema, tbl}.Sanitize()).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("I5 trigger on %s.%s: %d (%v)", schema, tbl, n, err)
+		}
 	}
 }
 

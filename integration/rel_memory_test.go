@@ -199,6 +199,8 @@ func TestF12TargetTableLocked(t *testing.T) {
 	w := newWorkload(t, f, db, "Asia/Kolkata", 1000)
 	led := newLedger(t, f, db)
 	cfg := f.relConfig(t, db, db, relOpts{Zone: "Asia/Kolkata", Start: start})
+	watchI5(t, f, db)
+	mon := startMonitor(t, f, db, db, led)
 	d := f.startDaemon(t, cfg)
 	t.Cleanup(func() {
 		if !d.exited() {
@@ -206,9 +208,7 @@ func TestF12TargetTableLocked(t *testing.T) {
 		}
 	})
 	f.caughtUpIn(t, db, d, 2*time.Minute)
-	installI5(t, f, db, "orders", "order_id", "line_item_id")
-	installI5(t, f, db, "ticks", "id")
-	mon := startMonitor(t, f, db, db, led)
+	i5Watched(t, f, db, "orders", "ticks")
 	led.start(t, 20*time.Millisecond)
 	load := startLoad(t, f.env, w, false, 5*time.Millisecond)
 	time.Sleep(2 * time.Second)

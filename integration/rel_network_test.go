@@ -47,6 +47,8 @@ func startNetworkRun(t *testing.T, prefix string) *networkRun {
 	r.w = newWorkload(t, f, db, "Asia/Kolkata", 1000)
 	r.led = newLedger(t, f, db)
 	cfg := f.relConfig(t, db, db, relOpts{Zone: "Asia/Kolkata", Start: start, Addr: myP.Addr, Heartbeat: "1s", ReadTimeout: "3s"})
+	watchI5(t, f, db)
+	r.mon = startMonitor(t, f, db, db, r.led)
 	r.d = f.startDaemon(t, cfg, "TM_IT_PG_DSN="+u.String())
 	t.Cleanup(func() {
 		if !r.d.exited() {
@@ -54,9 +56,7 @@ func startNetworkRun(t *testing.T, prefix string) *networkRun {
 		}
 	})
 	f.caughtUpIn(t, db, r.d, 2*time.Minute)
-	installI5(t, f, db, "orders", "order_id", "line_item_id")
-	installI5(t, f, db, "ticks", "id")
-	r.mon = startMonitor(t, f, db, db, r.led)
+	i5Watched(t, f, db, "orders", "ticks")
 	r.led.start(t, 20*time.Millisecond)
 	r.load = startLoad(t, f.env, r.w, false, 10*time.Millisecond)
 	r.began = time.Now()

@@ -15,8 +15,9 @@ import (
 // (once after a clean stop, once after a SIGKILL); each restart catches up
 // with bounded reads and a key diff, reattaches to the binlog and keeps
 // streaming. The monitor checks I3 on the orders watermark (never
-// backwards, never ahead of the rows in the target) and I4 on the ledger;
-// I1, I2 and I5 at the end.
+// backwards, never ahead of the rows in the target) and I4 on the ledger,
+// and the I5 triggers record, from before the first snapshot (taken while
+// the ledger ticks) through both catch-ups; I1, I2 and I5 at the end.
 func TestF5PurgedWhileDownFallbackConverges(t *testing.T) {
 	f := newFixture(t)
 	db := randName("it_f5_")
@@ -31,12 +32,16 @@ func TestF5PurgedWhileDownFallbackConverges(t *testing.T) {
 	led := newLedger(t, f, db)
 	// ticks has no watermark column: every catch-up re-reads it in full.
 	cfg := f.relConfig(t, db, db, relOpts{Zone: "Asia/Kolkata", Extra: fallbackYAML(db, true)})
-	d := f.startDaemon(t, cfg)
-	f.caughtUpIn(t, db, d, 2*time.Minute)
-	installI5(t, f, db, "orders", "order_id", "line_item_id")
-	installI5(t, f, db, "ticks", "id")
+	// The invariants are watched from before the first snapshot, which runs
+	// while the ledger ticks (I4: the captured position must not promise a
+	// tick the snapshot did not read), and through every catch-up.
+	watchI5(t, f, db)
 	mon := startMonitor(t, f, db, db, led)
 	mon.watchWatermark("orders", "updated_at", "Asia/Kolkata")
+	led.start(t, 5*time.Millisecond)
+	d := f.startDaemon(t, cfg)
+	f.caughtUpIn(t, db, d, 2*time.Minute)
+	i5Watched(t, f, db, "orders", "ticks")
 
 	var recoveries []time.Duration
 	var logs strings.Builder
@@ -60,16 +65,7 @@ func TestF5PurgedWhileDownFallbackConverges(t *testing.T) {
 		if err := harness.Exec(w.My, fmt.Sprintf("DELETE FROM orders WHERE order_id BETWEEN %d AND %d", 2+round*50, 30+round*50)); err != nil {
 			t.Fatal(err)
 		}
-		my, err := f.env.MySQL()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < 20; i++ {
-			if err := led.tick(my); err != nil {
-				t.Fatal(err)
-			}
-		}
-		my.Close()
+		// (The ledger ticks all along, also while tidemark is down.)
 		f.purgeBinlogs(t)
 		d = f.startDaemon(t, cfg)
 		recoveries = append(recoveries, f.caughtUpIn(t, db, d, 2*time.Minute))
@@ -81,6 +77,7 @@ func TestF5PurgedWhileDownFallbackConverges(t *testing.T) {
 	if err := w.Run(100); err != nil {
 		t.Fatal(err)
 	}
+	led.Stop()
 	f.caughtUpIn(t, db, d, 2*time.Minute)
 	if code := d.stop(t); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, tail(d.stderr.String(), 20))

@@ -38,8 +38,8 @@ type runLoad struct {
 }
 
 // startRestartRun sets up a reliability run: a database, the workload and
-// its ledger, the daemon caught up, the I5 triggers, the invariant monitor,
-// and the load running.
+// its ledger, the I5 triggers and the invariant monitor (watching from the
+// first row the daemon writes), the daemon caught up, and the load running.
 func startRestartRun(t *testing.T, prefix string, o runLoad) *restartRun {
 	f := newFixture(t)
 	db := randName(prefix)
@@ -52,11 +52,12 @@ func startRestartRun(t *testing.T, prefix string, o runLoad) *restartRun {
 	r.w = newWorkload(t, f, db, "Asia/Kolkata", 1000)
 	r.led = newLedger(t, f, db)
 	r.cfg = f.relConfig(t, db, db, relOpts{Zone: "Asia/Kolkata", Start: start})
+	// I5 and the monitor watch from the first row the daemon writes.
+	watchI5(t, f, db)
+	r.mon = startMonitor(t, f, db, db, r.led)
 	r.d = f.startDaemon(t, r.cfg, o.env...)
 	f.caughtUpIn(t, db, r.d, 2*time.Minute)
-	installI5(t, f, db, "orders", "order_id", "line_item_id")
-	installI5(t, f, db, "ticks", "id")
-	r.mon = startMonitor(t, f, db, db, r.led)
+	i5Watched(t, f, db, "orders", "ticks")
 	r.led.start(t, 20*time.Millisecond)
 	r.load = startLoad(t, f.env, r.w, o.reconnect, o.interval)
 	r.began = time.Now()

@@ -37,6 +37,20 @@ INSERT INTO %[1]s.ticks VALUES (2, now(), 'b', 10, 1)`, db)); err != nil {
 		t.Errorf("I5 trigger: %d regressions, %d resurrections (%v, %v); want 1 and 1", regr, resur, bad, err)
 	}
 
+	// I5 on a table created after watchI5 (as the daemon creates them
+	// during a first snapshot): the trigger is attached at CREATE TABLE,
+	// keyed by the primary key in its order.
+	watchI5(t, f, db)
+	if _, err := f.pg.Exec(f.ctx, fmt.Sprintf(`CREATE TABLE %[1]s.auto (a int, b text, _tm_seq bigint NOT NULL, _tm_idx integer NOT NULL, PRIMARY KEY (b, a));
+INSERT INTO %[1]s.auto VALUES (1, 'x', 10, 1);
+UPDATE %[1]s.auto SET _tm_seq = 9`, db)); err != nil {
+		t.Fatal(err)
+	}
+	i5Watched(t, f, db, "auto")
+	if regr, _, bad, err := readI5(f, db, false); err != nil || regr != 2 || !strings.Contains(strings.Join(bad, "\n"), "auto x|1: update regressed") {
+		t.Errorf("I5 on a table created after watchI5: %d regressions (%v, %v); want 2, one of auto x|1", regr, bad, err)
+	}
+
 	// I4: the ledger says tick 5 committed at GTID seq 100; the target
 	// lacks it.
 	led := &ledger{env: f.env, db: db, ids: []int64{1, 5}, seqs: []uint64{50, 100}}
