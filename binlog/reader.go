@@ -163,8 +163,6 @@ func (r *Reader) Capture(ctx context.Context) (tidemark.Snapshot, error) {
 	return s, nil
 }
 
-// capture reads a consistent binlog position on the metadata connection
-// (see Capture).
 // gtidAtEnd returns @@gtid_binlog_pos and the source clock, and whether the
 // binlog ended at file/pos both just before and just after they were read
 // (then the GTID state is exactly the one at file/pos).
@@ -196,6 +194,8 @@ func (r *Reader) gtidAtEnd(ctx context.Context, file string, pos uint64) (gtid, 
 	return gtid, now, true, nil
 }
 
+// capture reads a consistent binlog position on the metadata connection
+// (see Capture).
 func (r *Reader) capture(ctx context.Context) (file string, pos uint64, gtid, now string, err error) {
 	begin, end := "START TRANSACTION WITH CONSISTENT SNAPSHOT", "COMMIT"
 	if r.t.cfg.Flavor != FlavorMariaDB {
