@@ -3,6 +3,7 @@ package tidemark
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // Scale-out (docs/SCALE-OUT.md): one tailer per source publishes changes to
@@ -60,4 +61,11 @@ type StreamTarget interface {
 	// EnsureTable creates the target table of t if it is missing, or
 	// brings an existing one to t's schema.
 	EnsureTable(ctx context.Context, t *Table) error
+	// TruncateBefore applies a source TRUNCATE of table at version v (at
+	// commit, the source commit time) as one partition's applier sees it:
+	// it removes every target row with an older version and keeps newer
+	// ones, so it is idempotent and may run once per partition, in any
+	// order. A TRUNCATE the target's configuration refuses is a
+	// *TableError wrapping ErrDDLRefused.
+	TruncateBefore(ctx context.Context, table TableID, v Version, commit time.Time) error
 }

@@ -22,38 +22,21 @@ import (
 // rebalance), and the active tailer is killed (the standby takes over).
 // Then: the target equals the source row by row with no business key
 // twice, every partition's stored offset is the topic's end (no record
-// left out), and no record was applied twice: the appliers' stored offsets
-// only ever move by compare-and-set, and the applied-record counts of the
-// members that stopped cleanly plus those of the killed one add up to at
-// most the records on the topic.
+// left out), and no change reached the target twice: with soft deletes every
+// row keeps its version, so a record applied again would be skipped by the
+// version guard, and every member logs each batch that skips one.
 func TestApplyGroup(t *testing.T) {
 	f := newFixture(t)
-	group := randName("it_apply_group_")
-	r := f.newKafkaRun(t, "it_apply_", 95, fmt.Sprintf("apply:\n  group: %s\n  max_records: 300\n", group))
+	r, group := f.newApplyRun(t, "it_apply_", 95, 12, 300)
 	brokers, cfg, w, db := r.brokers, r.cfg, r.w, r.db
-	setKafkaPartitions(t, cfg, 12)
 	// Soft deletes keep every row's version: the version guard then skips
 	// only a change the target already has (a hard delete of a row that a
 	// batch inserted and deleted would count as skipped too).
 	setYAML(t, cfg, "    schema: "+db+"\n", "    schema: "+db+"\n    delete_mode: soft\n")
 	topic := r.prefix + "." + db + ".orders"
-	t.Cleanup(func() {
-		_, _ = f.pg.Exec(f.ctx, "DELETE FROM tidemark.stream_offsets WHERE consumer_group = $1", group)
-	})
-
-	var procs []*daemonProc
-	start1 := func(args ...string) *daemonProc {
-		d := f.startCommand(t, args)
-		procs = append(procs, d)
-		return d
-	}
-	defer func() {
-		for _, d := range procs {
-			if !d.exited() {
-				d.kill()
-			}
-		}
-	}()
+	ps := &procSet{f: f, t: t}
+	defer ps.killAll()
+	start1 := func(args ...string) *daemonProc { return ps.start(args...) }
 	tailer := start1("run", "--config", cfg)
 	standby := start1("run", "--config", cfg)
 	appliers := []*daemonProc{start1("apply", "--config", cfg), start1("apply", "--config", cfg), start1("apply", "--config", cfg)}
@@ -155,7 +138,7 @@ func TestApplyGroup(t *testing.T) {
 		t.Fatalf("tailer exit %d:\n%s", code, tail(waiting.stderr.String(), 20))
 	}
 	moved, skipped := 0, 0
-	for _, d := range procs {
+	for _, d := range ps.procs {
 		moved += strings.Count(d.stderr.String(), "another member applied a partition")
 		skipped += strings.Count(d.stderr.String(), "changes skipped by the version guard")
 	}
@@ -167,6 +150,43 @@ func TestApplyGroup(t *testing.T) {
 	}
 	t.Logf("apply group: %d rows equal; standby tailer took over %s after SIGKILL; offsets %v; %d offset conflicts resolved by re-reading",
 		diff.SourceRows, takeover.Round(time.Millisecond), stored, moved)
+}
+
+// newApplyRun sets up a scale-out scenario: a Kafka run (newKafkaRun) whose
+// config has an apply section (a random group, max_records) and topics of
+// the given number of partitions; the group's offsets are deleted at
+// cleanup.
+func (f *fixture) newApplyRun(t *testing.T, tag string, seed uint64, partitions, maxRecords int) (*kafkaRun, string) {
+	t.Helper()
+	group := randName(tag + "group_")
+	r := f.newKafkaRun(t, tag, seed, fmt.Sprintf("apply:\n  group: %s\n  max_records: %d\n", group, maxRecords))
+	setKafkaPartitions(t, r.cfg, partitions)
+	t.Cleanup(func() {
+		_, _ = f.pg.Exec(f.ctx, "DELETE FROM tidemark.stream_offsets WHERE consumer_group = $1", group)
+	})
+	return r, group
+}
+
+// procSet is the tidemark processes a test started; killAll ends the ones
+// still running.
+type procSet struct {
+	f     *fixture
+	t     *testing.T
+	procs []*daemonProc
+}
+
+func (p *procSet) start(args ...string) *daemonProc {
+	d := p.f.startCommand(p.t, args)
+	p.procs = append(p.procs, d)
+	return d
+}
+
+func (p *procSet) killAll() {
+	for _, d := range p.procs {
+		if !d.exited() {
+			d.kill()
+		}
+	}
 }
 
 // setKafkaPartitions sets target.kafka.partitions in a config written by

@@ -38,6 +38,7 @@ import (
 	"tidemark/checkpoint"
 	"tidemark/dedupe"
 	"tidemark/fallback"
+	"tidemark/sink/kafka"
 	"tidemark/sink/postgres"
 )
 
@@ -318,7 +319,8 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 			return nil, err
 		}
 		if lock != nil {
-			target = tailerTarget{Sink: target, lock: lock}
+			ks, _ := target.(*kafka.Sink)
+			target = tailerTarget{Sink: target, kafka: ks, lock: lock}
 		}
 	default:
 		if target, err = withKafka(ctx, sink, cfg.Target.Kafka, bc.Name, log.With("component", "kafka")); err != nil {
@@ -430,7 +432,26 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 // of one source one streams and the other waits.
 type tailerTarget struct {
 	tidemark.Sink
-	lock *postgres.Sink
+	kafka *kafka.Sink
+	lock  *postgres.Sink
+}
+
+// ApplyDDL implements tidemark.DDLSink for the appliers: a TRUNCATE is
+// published as a control record on every partition of the table's topic
+// (each applier removes the rows older than it); an ALTER TABLE travels as
+// the schema record of the next row. A DROP TABLE is not carried to the
+// appliers: the table is quarantined (its target rows are kept), as
+// ddl.drop_table: refuse does without the topology.
+func (t tailerTarget) ApplyDDL(ctx context.Context, source string, events []tidemark.DDLEvent, checkpoint tidemark.Position) error {
+	for _, ev := range events {
+		if ev.Op == tidemark.DDLDropTable {
+			return &tidemark.TableError{Table: ev.Table, Err: fmt.Errorf("DROP TABLE is not carried to the appliers of the scale-out topology; the target table is kept as it was: %w", tidemark.ErrDDLRefused)}
+		}
+	}
+	if t.kafka == nil {
+		return errors.New("apply DDL: the tailer's sink is not the Kafka sink")
+	}
+	return t.kafka.PublishDDL(ctx, source, events, checkpoint)
 }
 
 // TryLockSource implements tidemark.SourceLocker with the PostgreSQL lock.

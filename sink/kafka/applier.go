@@ -396,6 +396,23 @@ func (a *Applier) apply(ctx context.Context, recs []*kgo.Record) error {
 		}
 		where := fmt.Sprintf("%s partition %d offset %d", r.Topic, r.Partition, r.Offset)
 		if ctl, ok := recordHeader(r, controlHeader); ok {
+			if string(ctl) == string(controlTruncate) {
+				tr, err := parseTruncate(r.Value)
+				if err != nil {
+					return fmt.Errorf("apply %s: %w", where, err)
+				}
+				// Rows before it first: they are older and go.
+				if err := flush(); err != nil {
+					return err
+				}
+				id := tidemark.TableID{Database: tr.Database, Name: tr.Table}
+				if err := a.target.TruncateBefore(ctx, id, tidemark.Version{Seq: tr.Seq, Index: tr.Index}, time.Time{}); err != nil {
+					return fmt.Errorf("apply %s: TRUNCATE of %s: %w", where, id, err)
+				}
+				st.next = r.Offset + 1
+				touched[tp] = st
+				continue
+			}
 			if string(ctl) != string(controlSchema) {
 				return fmt.Errorf("apply %s: unknown control record %q (a newer tidemark wrote it?)", where, ctl)
 			}

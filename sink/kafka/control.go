@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -34,7 +35,41 @@ import (
 // first header); its value is the kind of control record.
 const controlHeader = "tm_control"
 
-var controlSchema = []byte("schema")
+var (
+	controlSchema   = []byte("schema")
+	controlTruncate = []byte("truncate")
+)
+
+// A source TRUNCATE (PublishDDL) is a control record on every partition of
+// the table's topic, with headers tm_control=truncate and schema_version:
+//
+//	{"control":"truncate","source":"shop","database":"shop","table":"orders","seq":4711,"index":0}
+//
+// An applier removes the target rows older than (seq, index) when it reads
+// it (tidemark.StreamTarget.TruncateBefore): each partition's applier may
+// run it, in any order, and the table converges.
+type truncateRecord struct {
+	Control  string `json:"control"`
+	Source   string `json:"source"`
+	Database string `json:"database"`
+	Table    string `json:"table"`
+	Seq      uint64 `json:"seq"`
+	Index    uint32 `json:"index"`
+}
+
+// parseTruncate decodes a truncate control record's value.
+func parseTruncate(value []byte) (truncateRecord, error) {
+	var rec truncateRecord
+	dec := json.NewDecoder(bytes.NewReader(value))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rec); err != nil {
+		return rec, fmt.Errorf("decode truncate record: %w", err)
+	}
+	if rec.Control != "truncate" || !tidemark.ValidIdentifier(rec.Database) || !tidemark.ValidIdentifier(rec.Table) {
+		return rec, fmt.Errorf("decode truncate record: not a truncate of a valid table name")
+	}
+	return rec, nil
+}
 
 type schemaColumn struct {
 	Name      string `json:"name"`
@@ -298,4 +333,59 @@ func parseDuration(s string) (time.Duration, error) {
 		d = -d
 	}
 	return d, nil
+}
+
+// PublishDDL carries a source's schema changes to the appliers of the
+// scale-out topology (ControlRecords is required): each TRUNCATE becomes a
+// truncate control record on every partition of the table's topic, and the
+// records commit with checkpoint (when not zero) like a batch, in one
+// transaction with ExactlyOnce. Other operations publish nothing: an ALTER
+// TABLE reaches the appliers as the schema record before the first row
+// written with the new schema; the caller decides about DROP TABLE. A
+// replayed TRUNCATE is published again, which is harmless (TruncateBefore
+// is idempotent).
+func (s *Sink) PublishDDL(ctx context.Context, source string, events []tidemark.DDLEvent, checkpoint tidemark.Position) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fenced != nil {
+		return s.fenced
+	}
+	if !s.cfg.ControlRecords {
+		return errors.New("publish DDL: needs control_records")
+	}
+	if err := s.activate(ctx); err != nil {
+		return err
+	}
+	stored, err := s.state(ctx, source)
+	if err != nil {
+		return err
+	}
+	enc := &encodedBatch{}
+	for _, ev := range events {
+		if ev.Op != tidemark.DDLTruncate {
+			continue
+		}
+		topic, err := s.topicFor(ctx, source, ev.Table)
+		if err != nil {
+			return err
+		}
+		value, _ := json.Marshal(truncateRecord{Control: "truncate", Source: source, Database: ev.Table.Database, Table: ev.Table.Name,
+			Seq: ev.Version.Seq, Index: ev.Version.Index})
+		for p := int32(0); p < s.partitions[topic]; p++ {
+			enc.recs = append(enc.recs, recSpec{topic: topic, control: controlTruncate, partition: p, schema: value})
+		}
+	}
+	if len(enc.recs) == 0 && checkpoint.IsZero() {
+		return nil
+	}
+	b := &tidemark.Batch{Source: source, Checkpoint: checkpoint}
+	if s.cfg.ExactlyOnce {
+		err = s.publishTxn(ctx, b, enc, stored)
+	} else {
+		err = s.publish(ctx, b, enc, stored)
+	}
+	if err != nil && s.fenced != nil {
+		return s.fenced
+	}
+	return err
 }

@@ -26,8 +26,9 @@ type recSpec struct {
 	value      span // value.end == -1: a tombstone (null value)
 	op         []byte
 	tableShape []byte
-	// control: a schema control record for partition (value = schema).
-	control   bool
+	// control: a control record (its kind: controlSchema, controlTruncate)
+	// for partition, with value schema.
+	control   []byte
 	partition int32
 	schema    []byte
 }
@@ -47,10 +48,10 @@ func (e *encodedBatch) records(extra int) []kgo.Record {
 	hdrs := make([]kgo.RecordHeader, 0, 3*len(e.recs))
 	for i := range e.recs {
 		r := &e.recs[i]
-		if r.control {
+		if r.control != nil {
 			n := len(hdrs)
 			hdrs = append(hdrs,
-				kgo.RecordHeader{Key: controlHeader, Value: controlSchema},
+				kgo.RecordHeader{Key: controlHeader, Value: r.control},
 				kgo.RecordHeader{Key: "schema_version", Value: headerSchemaVersion},
 				kgo.RecordHeader{Key: "table_schema", Value: r.tableShape})
 			recs[i] = kgo.Record{Topic: r.topic, Partition: r.partition, Value: r.schema, Headers: hdrs[n:len(hdrs):len(hdrs)]}
@@ -102,7 +103,7 @@ func (s *Sink) encode(ctx context.Context, b *tidemark.Batch) (*encodedBatch, ti
 					return nil, stats, fmt.Errorf("announce schema of %s: topic %s has no known partitions", ch.Table.ID, c.topic)
 				}
 				for p := int32(0); p < n; p++ {
-					enc.recs = append(enc.recs, recSpec{topic: c.topic, control: true, partition: p, schema: c.schema, tableShape: c.fingerprint})
+					enc.recs = append(enc.recs, recSpec{topic: c.topic, control: controlSchema, partition: p, schema: c.schema, tableShape: c.fingerprint})
 				}
 				enc.announce = append(enc.announce, c)
 			}

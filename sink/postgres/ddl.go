@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -1008,4 +1009,50 @@ func (s *Sink) TryLockSource(ctx context.Context, source string) (func(), bool, 
 		_ = conn.Close(cctx) // ends the session, which releases the lock
 	}
 	return release, true, nil
+}
+
+// TruncateBefore implements tidemark.StreamTarget: a source TRUNCATE at
+// version v as an applier of one partition sees it. Every row of the
+// table's target with an older version is removed (soft-delete mode: marked
+// deleted and stamped with v), rows written after the TRUNCATE are kept.
+// Each partition's applier runs it when it reaches the TRUNCATE's control
+// record; it is idempotent, so the table converges whatever the order: a row
+// that a lagging partition writes with an older version after the first run
+// is removed again when that partition reaches its own control record.
+// ddl.truncate: refuse refuses it like ApplyDDL (a *tidemark.TableError).
+func (s *Sink) TruncateBefore(ctx context.Context, table tidemark.TableID, v tidemark.Version, commit time.Time) error {
+	_, _, qname, err := s.targetOf(table)
+	if err != nil {
+		return &tidemark.TableError{Table: table, Err: err}
+	}
+	if s.cfg.Schema.Truncate != ApplyDDL {
+		return &tidemark.TableError{Table: table, Err: fmt.Errorf("TRUNCATE refused by the configuration (ddl.truncate: refuse); the target table %s is kept as it was: %w", qname, tidemark.ErrDDLRefused)}
+	}
+	q := "DELETE FROM " + qname + " WHERE (" + colSeq + ", " + colIdx + ") < ($1, $2)"
+	args := []any{int64(v.Seq), int64(v.Index)}
+	var at any // _tm_deleted_at: the source commit time, NULL when unknown
+	if !commit.IsZero() {
+		at = commit
+	}
+	if s.cfg.DeleteMode == DeleteSoft {
+		q = "UPDATE " + qname + " SET " + colDeleted + " = true, " + colDeletedAt + " = $3, " + colSeq + " = $1, " + colIdx + " = $2 WHERE (" +
+			colSeq + ", " + colIdx + ") < ($1, $2) AND NOT " + colDeleted
+		args = append(args, at)
+	}
+	err = s.retry(ctx, "truncate "+qname+" before version "+v.String(), func(ctx context.Context) error {
+		var exists bool
+		if err := s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", qname).Scan(&exists); err != nil {
+			return redact(fmt.Errorf("look up %s: %w", qname, err), s.secret)
+		}
+		if !exists {
+			return nil
+		}
+		_, err := s.pool.Exec(ctx, q, args...)
+		return redact(err, s.secret)
+	})
+	if err != nil {
+		return fmt.Errorf("truncate %s before version %s: %w", qname, v, err)
+	}
+	s.log.Info("truncated target rows older than a source TRUNCATE", "table", qname, "version", v.String())
+	return nil
 }
