@@ -369,3 +369,48 @@ func TestResetMasterWhileStopped(t *testing.T) {
 	}
 	report(t, "RESET MASTER while stopped", figures{"rows": diff.SourceRows})
 }
+
+// TestSeveralGTIDDomains is finding 4 of issue 13 on a real MariaDB: with a
+// second GTID domain in the binlog, version: gtid is refused at start —
+// before any row is applied, with the setting named — instead of stopping
+// when the second domain's first event arrives (and again after every
+// restart). version: filepos replicates both domains, resuming by GTID per
+// domain.
+func TestSeveralGTIDDomains(t *testing.T) {
+	f := newFixture(t)
+	s := f.startPrivateMariaDB(t, 51)
+	db := randName("it_dom_")
+	f.dropLater(t, db, db)
+	c := f.connPrivate(t, s)
+	if err := harness.Exec(c, "CREATE DATABASE "+db, "CREATE TABLE "+db+".t (id INT PRIMARY KEY, v INT)",
+		"INSERT INTO "+db+".t VALUES (1, 0)",
+		"SET SESSION gtid_domain_id = 7", "INSERT INTO "+db+".t VALUES (2, 7)",
+		"SET SESSION gtid_domain_id = 0", "INSERT INTO "+db+".t VALUES (3, 0)"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := f.configYAML(t, db, db, db, "UTC", tidemark.Position{GTID: "0-51-1"})
+	setSourceOption(t, cfg, "addr", s.Addr)
+	code, out := runBinary(t, time.Minute, []string{"TM_IT_MYSQL_PASSWORD=" + f.env.MySQLPassword, "TM_IT_PG_DSN=" + f.env.PGDSN}, "run", "--config", cfg)
+	if code == 0 || !strings.Contains(out, "2 GTID domains") || !strings.Contains(out, "source.version: filepos") {
+		t.Fatalf("version: gtid with two domains: exit %d, want a refusal naming the setting:\n%s", code, tail(out, 20))
+	}
+	if pos, ok, _ := harness.StoredCheckpoint(f.ctx, f.pg, "", db); ok {
+		t.Fatalf("a checkpoint (%s) was stored before the refusal: rows were applied", pos)
+	}
+	setSourceOption(t, cfg, "version", "filepos")
+	d := f.startDaemon(t, cfg)
+	if err := harness.Exec(c, "SET SESSION gtid_domain_id = 7", "UPDATE "+db+".t SET v = 77 WHERE id = 2", "SET SESSION gtid_domain_id = 0", "UPDATE "+db+".t SET v = 11 WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCheckpointAt(t, db, s, d)
+	if code := d.stop(t); code != 0 {
+		t.Fatalf("exit %d\n%s", code, tail(d.stderr.String(), 30))
+	}
+	diff, err := harness.Compare(f.ctx, c, f.pg, harness.TableSpec{Database: db, Table: "t", SourceZone: "UTC"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !diff.Equal() || diff.SourceRows != 3 {
+		t.Fatalf("two domains under version: filepos: %s\n%s", diff, strings.Join(diff.Examples, "\n"))
+	}
+}
