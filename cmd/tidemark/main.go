@@ -573,15 +573,6 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 		return exitFailed
 	}
 	defer d.Close()
-	// The prerequisites `tidemark doctor` prints: the binlog settings stop
-	// the start (checkServer, when the stream starts); the others
-	// (privileges, retention against the lag budget, time-zone tables)
-	// are logged here.
-	for _, c := range d.tailer.Doctor(ctx, nil, cfg.lagBudget()) {
-		if c.Status != tidemark.CheckOK {
-			log.Warn("source prerequisite not met (see tidemark doctor)", "check", c.Name, "status", string(c.Status), "found", c.Found, "fix", c.Fix)
-		}
-	}
 	if d.dedupe != nil {
 		m.WatchDedupe(func(f func(string, uint64)) { d.dedupe.Stats().Each(f) })
 	}
