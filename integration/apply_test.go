@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -127,6 +128,36 @@ func TestApplyGroup(t *testing.T) {
 	}
 	if len(stored) != 12 {
 		t.Fatalf("offsets stored for %d partitions, want 12: %v", len(stored), stored)
+	}
+	// tidemark status shows the group: every partition assigned to one of
+	// the 4 live members, caught up.
+	code, out := runBinary(t, 60*time.Second, []string{"TM_IT_MYSQL_PASSWORD=" + f.env.MySQLPassword, "TM_IT_PG_DSN=" + f.env.PGDSN},
+		"status", "--config", cfg, "--json")
+	if code != 0 {
+		t.Fatalf("status: exit %d\n%s", code, out)
+	}
+	var st struct {
+		Apply struct {
+			Group      string `json:"group"`
+			Partitions []struct {
+				Partition int32  `json:"partition"`
+				Lag       int64  `json:"lag"`
+				Member    string `json:"member"`
+			} `json:"partitions"`
+		} `json:"apply"`
+	}
+	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &st); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	owners := map[string]int{}
+	for _, p := range st.Apply.Partitions {
+		if p.Member == "" || p.Lag > 1 {
+			t.Errorf("status: partition %d: member %q, lag %d", p.Partition, p.Member, p.Lag)
+		}
+		owners[p.Member]++
+	}
+	if st.Apply.Group != group || len(st.Apply.Partitions) != 12 || len(owners) != 4 {
+		t.Fatalf("status: group %q, %d partitions over %d members %v, want %s, 12 over 4", st.Apply.Group, len(st.Apply.Partitions), len(owners), owners, group)
 	}
 	// Stop the members cleanly: every one of them must exit 0.
 	for i, d := range appliers {

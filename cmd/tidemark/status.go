@@ -13,6 +13,7 @@ import (
 	"tidemark"
 	"tidemark/binlog"
 	"tidemark/checkpoint"
+	"tidemark/sink/kafka"
 	"tidemark/sink/postgres"
 )
 
@@ -61,6 +62,55 @@ type StatusReport struct {
 	ClockSkewSeconds float64       `json:"clock_skew_seconds"`
 	Tables           []StatusTable `json:"tables"`
 	Note             string        `json:"note"`
+	// Apply is the apply group's view (config with an apply section).
+	Apply *StatusApply `json:"apply,omitempty"`
+}
+
+// StatusApply is the apply group of the scale-out topology: per partition
+// of its topics, the offset committed in PostgreSQL, the topic's end and
+// the member it is assigned to.
+type StatusApply struct {
+	Group      string                 `json:"group"`
+	Partitions []StatusApplyPartition `json:"partitions"`
+}
+
+// StatusApplyPartition is one partition of StatusApply. Lag is End − Next:
+// records not applied yet, counting transaction markers (a caught-up
+// partition of a transactional topic shows 0 or 1).
+type StatusApplyPartition struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Next      int64  `json:"next"`
+	End       int64  `json:"end"`
+	Lag       int64  `json:"lag"`
+	Member    string `json:"member"`
+}
+
+// applyStatus reads the apply group's partitions from Kafka and their
+// offsets from PostgreSQL.
+func applyStatus(ctx context.Context, sink *postgres.Sink, cfg *Config) (*StatusApply, error) {
+	ac := cfg.applierConfig(nil)
+	parts, err := kafka.GroupStatus(ctx, ac)
+	if err != nil {
+		return nil, err
+	}
+	st := &StatusApply{Group: ac.Group, Partitions: []StatusApplyPartition{}}
+	next := map[string]map[int32]int64{}
+	for _, p := range parts {
+		if _, ok := next[p.Topic]; !ok {
+			offs, err := sink.Offsets(ctx, ac.Group, p.Topic)
+			if err != nil {
+				return nil, err
+			}
+			next[p.Topic] = map[int32]int64{}
+			for _, o := range offs {
+				next[p.Topic][o.Partition] = o.Next
+			}
+		}
+		n := next[p.Topic][p.Partition]
+		st.Partitions = append(st.Partitions, StatusApplyPartition{Topic: p.Topic, Partition: p.Partition, Next: n, End: p.End, Lag: max(p.End-n, 0), Member: p.Member})
+	}
+	return st, nil
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -212,6 +262,11 @@ func fullStatus(ctx context.Context, src *binlog.Verifier, sink *postgres.Sink, 
 		return nil, err
 	}
 	applyTableStates(rep, states, cfg.Target.Postgres.Schema)
+	if cfg.Apply != nil && cfg.Target.Kafka != nil {
+		if rep.Apply, err = applyStatus(ctx, sink, cfg); err != nil {
+			return nil, err
+		}
+	}
 	return rep, nil
 }
 
@@ -263,6 +318,19 @@ func printStatus(w io.Writer, rep *StatusReport) {
 		if t.Reason != "" {
 			fmt.Fprintf(w, "  %s is %s: %s\n", t.Table, t.Mode, t.Reason)
 		}
+	}
+	if a := rep.Apply; a != nil {
+		fmt.Fprintf(w, "\napply group %s\n", a.Group)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "TOPIC\tPARTITION\tNEXT (POSTGRESQL)\tEND (KAFKA)\tLAG\tMEMBER")
+		for _, p := range a.Partitions {
+			m := p.Member
+			if m == "" {
+				m = "(unassigned)"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", p.Topic, p.Partition, p.Next, p.End, p.Lag, m)
+		}
+		tw.Flush()
 	}
 	if rep.Note != "" {
 		fmt.Fprintf(w, "\nnote: %s\n", rep.Note)

@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tidemark"
@@ -508,4 +510,83 @@ func sortedParts(m map[string][]int32) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// GroupPartition is one partition of an apply group's topics, as the
+// brokers see it.
+type GroupPartition struct {
+	Topic     string
+	Partition int32
+	// End is the partition's end offset (one past its last record or
+	// transaction marker).
+	End int64
+	// Member is the group member the partition is assigned to (member id
+	// and host), "" when none.
+	Member string
+}
+
+// GroupStatus lists the partitions of the topics an apply group with cfg
+// consumes (Topics minus Exclude), with their end offsets and the member
+// each is assigned to. It does not join the group.
+func GroupStatus(ctx context.Context, cfg ApplierConfig) ([]GroupPartition, error) {
+	inc, err := regexp.Compile(cfg.Topics)
+	if err != nil {
+		return nil, cfgErr("topics", "%v", err)
+	}
+	exc, err := regexp.Compile(cfg.Exclude)
+	if err != nil {
+		return nil, cfgErr("exclude", "%v", err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ClientID("tidemark-status"))
+	if err != nil {
+		return nil, fmt.Errorf("read apply group %s: %w", cfg.Group, err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	td, err := adm.ListTopics(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read apply group %s: list topics: %w", cfg.Group, err)
+	}
+	var topics []string
+	for _, t := range td.Names() {
+		if inc.MatchString(t) && (cfg.Exclude == "" || !exc.MatchString(t)) {
+			topics = append(topics, t)
+		}
+	}
+	if len(topics) == 0 {
+		return nil, nil
+	}
+	ends, err := adm.ListEndOffsets(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("read apply group %s: end offsets: %w", cfg.Group, err)
+	}
+	owner := map[topicPartition]string{}
+	groups, err := adm.DescribeGroups(ctx, cfg.Group)
+	if err != nil {
+		return nil, fmt.Errorf("read apply group %s: %w", cfg.Group, err)
+	}
+	for _, g := range groups {
+		for _, m := range g.Members {
+			a, ok := m.Assigned.AsConsumer()
+			if !ok {
+				continue
+			}
+			for _, t := range a.Topics {
+				for _, p := range t.Partitions {
+					owner[topicPartition{t.Topic, p}] = m.MemberID + "@" + strings.TrimPrefix(m.ClientHost, "/")
+				}
+			}
+		}
+	}
+	var out []GroupPartition
+	ends.Each(func(o kadm.ListedOffset) {
+		out = append(out, GroupPartition{Topic: o.Topic, Partition: o.Partition, End: o.Offset, Member: owner[topicPartition{o.Topic, o.Partition}]})
+	})
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Topic != out[j].Topic {
+			return out[i].Topic < out[j].Topic
+		}
+		return out[i].Partition < out[j].Partition
+	})
+	return out, nil
 }
