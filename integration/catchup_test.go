@@ -150,7 +150,10 @@ func TestManualCatchupBesideDaemon(t *testing.T) {
   tables:
     %[1]s.t: {column: updated_at}
 `, db))
-	watchI5(t, f, db) // a resurrection is an insert after a newer delete
+	// I5 watches the catch-ups for regressions. The resurrection itself
+	// is not one it can see (its tombstone holds the deleted row's last
+	// version, older than the catch-up's, not the delete's): I1 finds it.
+	watchI5(t, f, db)
 	d := f.startDaemon(t, cfg)
 	defer cleanupDaemon(&d)
 	f.waitRunningCaughtUp(t, db, d)
