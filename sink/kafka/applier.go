@@ -396,7 +396,7 @@ func (a *Applier) apply(ctx context.Context, recs []*kgo.Record) error {
 		if st == nil {
 			return fmt.Errorf("apply %s partition %d offset %d: the partition is not assigned to this member", r.Topic, r.Partition, r.Offset)
 		}
-		where := fmt.Sprintf("%s partition %d offset %d", r.Topic, r.Partition, r.Offset)
+		where := recordPlace{r} // formatted only in an error
 		if ctl, ok := recordHeader(r, controlHeader); ok {
 			if string(ctl) == string(controlTruncate) {
 				tr, err := parseTruncate(r.Value)
@@ -589,4 +589,11 @@ func GroupStatus(ctx context.Context, cfg ApplierConfig) ([]GroupPartition, erro
 		return out[i].Partition < out[j].Partition
 	})
 	return out, nil
+}
+
+// recordPlace names a record in an error: "topic partition P offset O".
+type recordPlace struct{ r *kgo.Record }
+
+func (p recordPlace) String() string {
+	return fmt.Sprintf("%s partition %d offset %d", p.r.Topic, p.r.Partition, p.r.Offset)
 }
