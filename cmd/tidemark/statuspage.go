@@ -91,7 +91,7 @@ type logEntry struct {
 // maxRecent is how many log lines the page keeps.
 const maxRecent = 20
 
-// NewStatusPage returns a page over the given source and metrics.
+// newStatusPage returns a page over the given source and metrics.
 func newStatusPage(id sourceIdentity, src statusSource, m *Metrics) *StatusPage {
 	now := time.Now()
 	return &StatusPage{Refresh: 5 * time.Second, identity: id, src: src, metrics: m, started: now, samples: []rateSample{{at: now}}}
