@@ -234,3 +234,42 @@ func TestReaderWindowAcrossFold(t *testing.T) {
 		t.Fatalf("window from 01:50 EDT read ids %v; want 1 (01:55 EDT) and 2 (01:10 EST, written after the bound)", got)
 	}
 }
+
+// TestReaderUndatedRows: the rows no window selects — the watermark column
+// NULL or a zero date (DATETIME and TIMESTAMP) — are exactly what an
+// Undated read returns, in key order and through the cursor.
+func TestReaderUndatedRows(t *testing.T) {
+	addr, user, pass, c := testServer(t)
+	db := randName("br_")
+	exec(t, c, "CREATE DATABASE "+db)
+	t.Cleanup(func() { _, _ = c.Execute("DROP DATABASE " + db) })
+	exec(t, c, "USE "+db, "SET SESSION sql_mode = ''",
+		"CREATE TABLE u (id INT PRIMARY KEY, dt DATETIME(6) NULL, ts TIMESTAMP(6) NULL, KEY (dt), KEY (ts))",
+		"INSERT INTO u VALUES (1, '2026-03-10 10:00:00', '2026-03-10 10:00:00'), (2, NULL, NULL), (3, '0000-00-00 00:00:00', '0000-00-00 00:00:00'), (4, '1000-01-01 00:00:00', '1970-01-01 00:00:01'), (5, NULL, '2026-03-10 11:00:00'), (6, '0000-00-00', NULL)")
+	r, err := NewReader(Config{Name: "test", Addr: addr, User: user, Password: pass, ServerID: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	id := tidemark.TableID{Database: db, Name: "u"}
+	for col, want := range map[string]string{"dt": "[2 3 5 6]", "ts": "[2 3 6]"} {
+		var got []int64
+		var after []any
+		for {
+			res, err := r.Read(context.Background(), tidemark.ReadRequest{Table: id, Column: col, Undated: true, After: after, Limit: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ch := range res.Changes {
+				got = append(got, ch.After[0].(int64))
+			}
+			if res.Next == nil {
+				break
+			}
+			after = res.Next
+		}
+		if fmt.Sprint(got) != want {
+			t.Errorf("undated rows by %s: %v, want %s", col, got, want)
+		}
+	}
+}
