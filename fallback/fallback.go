@@ -5,20 +5,27 @@
 // The algorithm, per run:
 //
 //  1. Capture the source position (and the version to stamp rows with)
-//     before reading anything.
+//     before reading anything, from a consistent snapshot: every
+//     transaction up to the position is visible to every read that follows
+//     (binlog.Reader.Capture; under group commit a plain SHOW MASTER STATUS
+//     runs ahead of what reads see).
 //  2. Per table, read the stored watermark W (UTC). A table with no
-//     watermark gets a full snapshot in key order, in chunks.
+//     watermark gets a full snapshot in key order, in chunks (also when
+//     the column is NULL in every row). A watermark column missing from
+//     the source table is a *tidemark.TableError: the table is quarantined.
 //  3. Capture the upper bound U = MAX(column) before reading, clamped to the
 //     source clock + a tolerance: a far-future value never drags the
 //     watermark forward (rows beyond U are counted and reported).
 //  4. Read W − lookback < column ≤ U with keyset pagination on
 //     (column, key). The source compares the column in its own zone: the
 //     UTC bounds are converted back to source local time (the incident was
-//     a UTC watermark compared with IST values).
+//     a UTC watermark compared with IST values); the lower bound is lowered
+//     across a DST fold (tidemark.ZonePolicy.LocalFloor). Rows whose column
+//     is NULL or a zero date are read again by every window.
 //  5. Upsert through the sink (rows carry the captured version, which
 //     orders against binlog versions; see tidemark.Snapshot) and store
-//     W = U in the same transaction as the last chunk. An empty table (MAX
-//     is NULL) stores nothing.
+//     W = U in the same transaction as the last chunk. A table without a
+//     dated row (MAX is NULL) stores nothing.
 //  6. Optionally detect hard deletes with a key diff: chunk checksums of the
 //     keys on both sides, key lists only inside mismatching chunks.
 //  7. Store the captured position as the checkpoint; streaming resumes
