@@ -758,10 +758,10 @@ func i5Watched(t *testing.T, f *fixture, schema string, tables ...string) {
 	}
 }
 
-// checkI5 fails the test if the trigger recorded a regression. Hard-delete
-// mode documents one convergent exception (sink/postgres Apply): a replay
-// from an older checkpoint re-inserts a deleted row until the replayed
-// delete removes it again; allowResurrect accepts those, counted.
+// checkI5 fails the test if the trigger recorded a regression.
+// allowResurrect accepts (and counts) inserts of keys whose deleted version
+// is newer; since hard deletes keep tombstones (sink/postgres/tombstones.go)
+// no test needs it.
 func checkI5(t *testing.T, f *fixture, schema string, allowResurrect bool) (regressions, resurrections int) {
 	t.Helper()
 	regressions, resurrections, bad, err := readI5(f, schema, allowResurrect)

@@ -510,7 +510,7 @@ func (c *Config) BinlogConfig() (binlog.Config, error) {
 // filled in by the caller).
 func (c *Config) PostgresSinkConfig() postgres.Config {
 	p := c.Target.Postgres
-	return postgres.Config{DSN: p.DSN, TargetSchema: p.Schema, DeleteMode: postgres.DeleteMode(p.DeleteMode), MaxConns: p.MaxConns,
+	return postgres.Config{DSN: p.DSN, TargetSchema: p.Schema, ControlSchema: p.ControlSchema, DeleteMode: postgres.DeleteMode(p.DeleteMode), MaxConns: p.MaxConns,
 		ApplyTimeout: p.ApplyTimeout,
 		Schema:       postgres.SchemaPolicy{DropColumns: p.DropColumns, DropTable: p.DDL.DropTable, Truncate: p.DDL.Truncate},
 		SkipIndexes:  p.Mirror.Indexes != nil && !*p.Mirror.Indexes,

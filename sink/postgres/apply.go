@@ -26,12 +26,12 @@ import (
 //     safe.
 //   - Idempotent: a change whose version is not newer than the target row's
 //     is a no-op counted as Skipped, so a replayed batch is all Skipped.
-//   - Hard deletes remove the row and its version with it. A replay from an
-//     older checkpoint can therefore briefly bring a deleted row back (an
-//     older insert finds no newer row to lose to) until the replayed delete
-//     is applied again. This converges, and the checkpoint is stored in the
-//     delete's own transaction, so the delete is never skipped. Soft-delete
-//     mode keeps the version and has no such window.
+//   - Hard deletes remove the row and keep its key and version in a
+//     tombstone (tombstones.go), written in the same transaction: a replay
+//     from an older checkpoint cannot bring a deleted row back, not even
+//     briefly (an older insert or update loses to the tombstone, Skipped).
+//     Tombstones are pruned once no replay can start before their delete.
+//     Soft-delete mode keeps the row and its version instead.
 //   - Transient errors (connection loss, 40001, 40P01, 57P0x, 53300) are
 //     retried with Config.Retry, the whole transaction at a time. A COMMIT
 //     that fails without an answer from the server is resolved by asking
@@ -90,6 +90,7 @@ func (s *Sink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStat
 		}
 		return tidemark.ApplyStats{}, redact(err, s.secret)
 	}
+	s.tombCommitted(b.Source, p.tombNext)
 	s.log.Debug("applied batch", "source", b.Source, "changes", len(b.Changes),
 		"inserted", stats.Inserted, "updated", stats.Updated, "deleted", stats.Deleted,
 		"skipped", stats.Skipped, "coalesced", stats.Coalesced, "duration", time.Since(start))
@@ -116,6 +117,9 @@ func (s *Sink) forgetOnMissing(err error, p *batchPlan) {
 type batchPlan struct {
 	groups    []*groupPlan
 	coalesced int
+	// tombNext is the tombstone pruning state after the last attempt's
+	// transaction (tombstones.go), remembered once it commits.
+	tombNext *tombSource
 }
 
 type groupPlan struct {
@@ -124,6 +128,9 @@ type groupPlan struct {
 	rows copyRows // encoded for COPY (encode.go)
 	// staged operations by code
 	nUpsert, nDelete, nKeyGone, nMark int
+	// minVersion is the oldest version staged; maxDelete the newest
+	// delete's (tombstones.go).
+	minVersion, maxDelete tidemark.Version
 	// nInserts counts the upserts of inserted or read rows: when every row
 	// is one, the direct insert path is worth a try.
 	nInserts int
@@ -279,6 +286,12 @@ func (s *Sink) plan(b *tidemark.Batch) (*batchPlan, error) {
 		if err := encodeRow(&g.rows, o); err != nil {
 			return nil, err
 		}
+		if len(g.rows.rows) == 1 || o.version.Compare(g.minVersion) < 0 {
+			g.minVersion = o.version
+		}
+		if o.del && o.version.Compare(g.maxDelete) > 0 {
+			g.maxDelete = o.version
+		}
 		switch o.code {
 		case opUpsert:
 			g.nUpsert++
@@ -358,11 +371,23 @@ func (s *Sink) applyOnce(ctx context.Context, b *tidemark.Batch, p *batchPlan) (
 	if err := tx.QueryRow(ctx, "SELECT txid_current(), now()").Scan(&xid, &now); err != nil {
 		return st, fmt.Errorf("begin transaction: %w", err)
 	}
+	deletes := false
+	for _, g := range p.groups {
+		deletes = deletes || (g.def.tomb != "" && g.nDelete+g.nKeyGone > 0)
+	}
+	stamp, next, err := s.tombBegin(ctx, tx, b, deletes)
+	if err != nil {
+		return st, err
+	}
+	p.tombNext = next
 	st.Coalesced = p.coalesced
 	for _, g := range p.groups {
-		gs, err := s.applyGroup(ctx, tx, g, now)
+		gs, err := s.applyGroup(ctx, tx, g, now, b.Source, stamp)
 		if err != nil {
 			return st, err
+		}
+		if next != nil && g.def.tomb != "" && g.nDelete+g.nKeyGone > 0 {
+			next.tombWritten(stamp)
 		}
 		st.Add(gs)
 	}
@@ -422,11 +447,24 @@ func (s *Sink) applyOnce(ctx context.Context, b *tidemark.Batch, p *batchPlan) (
 	return st, &ambiguousCommitError{err: err}
 }
 
-// applyGroup stages one target table's rows and merges them.
-func (s *Sink) applyGroup(ctx context.Context, tx pgx.Tx, g *groupPlan, now time.Time) (tidemark.ApplyStats, error) {
+// applyGroup stages one target table's rows and merges them; stamp is the
+// generation of the tombstones it writes (tombstones.go).
+func (s *Sink) applyGroup(ctx context.Context, tx pgx.Tx, g *groupPlan, now time.Time, source string, stamp int64) (tidemark.ApplyStats, error) {
 	var st tidemark.ApplyStats
 	d := g.def
-	if g.nInserts == len(g.rows.rows) && s.tryDirect(g.key) {
+	// Rows newer than every tombstone of their table (streaming, as a
+	// rule) cannot be replays of deleted keys: they take the direct path
+	// and the upsert without the tombstone check. Others go through the
+	// guarded upsert.
+	guarded := false
+	if d.tomb != "" && g.nUpsert > 0 {
+		top, err := s.tombMax(ctx, tx, d)
+		if err != nil {
+			return st, err
+		}
+		guarded = g.minVersion.Compare(top) <= 0
+	}
+	if !guarded && g.nInserts == len(g.rows.rows) && s.tryDirect(g.key) {
 		inserted, err := s.copyDirect(ctx, tx, g, now)
 		if err != nil {
 			return st, err
@@ -452,7 +490,11 @@ func (s *Sink) applyGroup(ctx context.Context, tx pgx.Tx, g *groupPlan, now time
 		counted += g.nDelete
 	}
 	if counted > 0 {
-		rows, err := tx.Query(ctx, d.upsertSQL)
+		sql, args := d.upsertSQL, []any(nil)
+		if guarded {
+			sql, args = d.upsertTombSQL, []any{d.qname}
+		}
+		rows, err := tx.Query(ctx, sql, args...)
 		if err != nil {
 			return st, d.wrap("upsert into", err)
 		}
@@ -517,6 +559,12 @@ func (s *Sink) applyGroup(ctx context.Context, tx pgx.Tx, g *groupPlan, now time
 		}
 		st.Deleted += deleted
 		st.Skipped += g.nDelete - deleted
+		if d.tomb != "" {
+			if _, err := tx.Exec(ctx, d.tombWriteSQL, d.qname, source, stamp); err != nil {
+				return st, d.wrap("write delete tombstones of", err)
+			}
+			s.raiseTombMax(d, g.maxDelete)
+		}
 	}
 	return st, nil
 }

@@ -54,10 +54,11 @@ func newBenchEnv(b *testing.B) *env {
 	return newEnv(b, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil)) })
 }
 
-// BenchmarkApply applies batches of 5000 changes: new keys (all inserts) and
-// the same keys again with newer versions (all updates).
+// BenchmarkApply applies batches of 5000 changes: new keys (all inserts),
+// the same keys again with newer versions (all updates), and deletes of
+// existing keys (hard deletes, each writing a tombstone).
 func BenchmarkApply(b *testing.B) {
-	for _, mode := range []string{"insert", "update"} {
+	for _, mode := range []string{"insert", "update", "delete"} {
 		b.Run(mode, func(b *testing.B) {
 			e := newBenchEnv(b)
 			tbl := benchTable()
@@ -70,10 +71,23 @@ func BenchmarkApply(b *testing.B) {
 			batches := make([]*tidemark.Batch, b.N)
 			for i := range batches {
 				first := int64(0)
-				if mode == "insert" {
+				if mode != "update" {
 					first = int64(i+1) * benchBatch
 				}
 				batches[i] = &tidemark.Batch{Source: "s", Checkpoint: gtid(i + 2), Changes: benchChanges(tbl, first, uint64(i+2))}
+			}
+			if mode == "delete" {
+				// The rows first (untimed), then their deletes.
+				for i, bt := range batches {
+					if _, err := e.sink.Apply(ctx, bt); err != nil {
+						b.Fatal(err)
+					}
+					dels := make([]tidemark.Change, len(bt.Changes))
+					for j, c := range bt.Changes {
+						dels[j] = tidemark.Change{Op: tidemark.OpDelete, Table: tbl, Before: c.After, Version: tidemark.Version{Seq: uint64(b.N + i + 2), Index: uint32(j + 1)}, CommitTime: c.CommitTime}
+					}
+					batches[i] = &tidemark.Batch{Source: "s", Checkpoint: gtid(b.N + i + 2), Changes: dels}
+				}
 			}
 			b.ResetTimer()
 			start := time.Now()
@@ -82,7 +96,7 @@ func BenchmarkApply(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if (mode == "insert" && st.Inserted != benchBatch) || (mode == "update" && st.Updated != benchBatch) {
+				if (mode == "insert" && st.Inserted != benchBatch) || (mode == "update" && st.Updated != benchBatch) || (mode == "delete" && st.Deleted != benchBatch) {
 					b.Fatalf("stats %+v", st)
 				}
 			}
@@ -97,7 +111,7 @@ func BenchmarkCopyCeiling(b *testing.B) {
 	e := newBenchEnv(b)
 	ctx := context.Background()
 	tbl := benchTable()
-	d, err := newTableDef(tbl, e.schema, DeleteHard, true)
+	d, err := newTableDef(tbl, e.schema, DeleteHard, true, "")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -34,6 +34,10 @@ type Config struct {
 	// Checkpoints stores positions and watermarks in the target, inside
 	// each batch's transaction. Required.
 	Checkpoints tidemark.CheckpointStore
+	// ControlSchema is the schema of the sink's own tables: the hard-delete
+	// tombstones (tombstones.go). Default "tidemark"; use the checkpoint
+	// store's schema.
+	ControlSchema string
 	// TargetSchema is the PostgreSQL schema of every target table. Empty
 	// means one schema per source database, named like it.
 	TargetSchema string
@@ -79,6 +83,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.ControlSchema == "" {
+		c.ControlSchema = "tidemark"
+	}
 	c.Schema = c.Schema.withDefaults()
 	if c.ApplyTimeout <= 0 {
 		c.ApplyTimeout = 30 * time.Second
@@ -99,6 +106,9 @@ func (c Config) validate() error {
 		if err := tidemark.CheckIdentifier("schema", c.TargetSchema); err != nil {
 			return fmt.Errorf("postgres sink config: target_schema: %w", err)
 		}
+	}
+	if err := tidemark.CheckIdentifier("schema", c.ControlSchema); err != nil {
+		return fmt.Errorf("postgres sink config: control_schema: %w", err)
 	}
 	switch c.DeleteMode {
 	case DeleteHard, DeleteSoft:

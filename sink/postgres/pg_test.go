@@ -152,8 +152,10 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		DSN:          testDSN(t),
 		Checkpoints:  store,
 		TargetSchema: schema,
-		Logger:       slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Retry:        tidemark.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond, Attempts: 5},
+		// Tombstones per test (sources are all named "s").
+		ControlSchema: store.schema,
+		Logger:        slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Retry:         tidemark.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond, Attempts: 5},
 	}
 	for _, o := range opts {
 		o(&cfg)

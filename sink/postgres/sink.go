@@ -57,6 +57,8 @@ type Sink struct {
 	direct  map[defKey]*directState
 	// skipLogged remembers the unmirrorable indexes already logged.
 	skipLogged map[string]bool
+	tombs      map[string]*tombSource      // per source: tombstone pruning state
+	tombTop    map[string]tidemark.Version // per target table: newest tombstone (a bound)
 
 	directRows, directConflicts atomic.Int64
 
@@ -109,6 +111,8 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		ensured:    map[defKey]bool{},
 		direct:     map[defKey]*directState{},
 		skipLogged: map[string]bool{},
+		tombs:      map[string]*tombSource{},
+		tombTop:    map[string]tidemark.Version{},
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
@@ -144,7 +148,10 @@ func plaintextFallback(c *pgconn.Config) bool {
 func (s *Sink) Init(ctx context.Context) error {
 	err := s.retry(ctx, "initialize postgres sink", func(ctx context.Context) error {
 		return redact(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			return s.cfg.Checkpoints.Init(ctx, querier{tx})
+			if err := s.cfg.Checkpoints.Init(ctx, querier{tx}); err != nil {
+				return err
+			}
+			return s.initTombstones(ctx, tx)
 		}), s.secret)
 	})
 	return redact(err, s.secret)
@@ -202,7 +209,7 @@ func (s *Sink) def(t *tidemark.Table) (*tableDef, defKey, error) {
 	if d, ok := s.defs[k]; ok {
 		return d, k, nil
 	}
-	d, err := newTableDef(t, s.cfg.TargetSchema, s.cfg.DeleteMode, !s.cfg.SkipNotNull)
+	d, err := newTableDef(t, s.cfg.TargetSchema, s.cfg.DeleteMode, !s.cfg.SkipNotNull, s.cfg.tombName())
 	if err != nil {
 		return nil, k, err
 	}

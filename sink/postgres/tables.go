@@ -63,9 +63,12 @@ type tableDef struct {
 	createTableSQL string
 	createStageSQL string
 	upsertSQL      string // hard: op 'u'; soft: ops 'u' and 'd'
+	upsertTombSQL  string // hard only: upsertSQL that loses to a newer tombstone ($1 the target)
 	keyGoneSQL     string // soft only: op 'k'
 	markSQL        string // soft only: op 'x'
 	deleteSQL      string // hard only: ops 'd' and 'k'
+	tomb           string // hard only: the quoted tombstone table
+	tombWriteSQL   string // hard only: tombstones of ops 'd' and 'k'
 	copyColumns    []string
 	directColumns  []string // the direct insert path's COPY columns (direct.go)
 	stageCopySQL   string   // binary COPY into the staging table (encode.go)
@@ -76,8 +79,8 @@ type tableDef struct {
 // the source's NOT NULL columns are NOT NULL in the target too, in delete
 // mode hard only: a soft-delete tombstone may hold NULL where the source
 // never does (a key-diff tombstone carries its key alone).
-func newTableDef(t *tidemark.Table, targetSchema string, mode DeleteMode, mirrorNotNull bool) (*tableDef, error) {
-	d := &tableDef{id: t.ID, table: t, schema: targetSchema, name: t.ID.Name, soft: mode == DeleteSoft}
+func newTableDef(t *tidemark.Table, targetSchema string, mode DeleteMode, mirrorNotNull bool, tomb string) (*tableDef, error) {
+	d := &tableDef{id: t.ID, table: t, schema: targetSchema, name: t.ID.Name, soft: mode == DeleteSoft, tomb: tomb}
 	if d.schema == "" {
 		d.schema = t.ID.Database
 	}
@@ -274,13 +277,19 @@ func (d *tableDef) buildSQL() {
 			stage, q(colOp), opMarkDeleted, strings.Join(conds, " AND "),
 			q(colSeq), q(colIdx), q(colSeq), q(colIdx), q(colDeleted))
 	} else {
-		d.upsertSQL = upsert(fmt.Sprintf("= '%s'", opUpsert))
 		// Hard delete, guarded like the upsert. The deleted row's version
-		// goes with it: replaying from an older checkpoint can bring the
-		// row back (an older insert or update finds no row to lose to)
-		// until the replay reaches this delete again, which removes it
-		// again. That converges, and the checkpoint is only ever stored
-		// with the delete's transaction, so the delete cannot be skipped.
+		// is kept in a tombstone (tombstones.go) that an older upsert
+		// loses to, so a replay from an older checkpoint cannot bring the
+		// row back.
+		guard, write := "", ""
+		if d.tomb != "" {
+			guard, write = tombstoneSQL(d.tomb, stage, t)
+		}
+		d.upsertSQL = upsert(fmt.Sprintf("= '%s'", opUpsert))
+		if guard != "" {
+			d.upsertTombSQL = upsert(fmt.Sprintf("= '%s'%s", opUpsert, guard))
+		}
+		d.tombWriteSQL = write
 		var conds []string
 		for _, k := range keys {
 			conds = append(conds, fmt.Sprintf("t.%s = s.%s", k, k))

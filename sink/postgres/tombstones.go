@@ -1,0 +1,268 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"tidemark"
+)
+
+// Hard-delete tombstones. A hard delete removes the row and its version,
+// so a replay from an older checkpoint (the Fanout resumes from the oldest
+// of its sinks' checkpoints; a transaction split across batches is replayed
+// from its start) would find no row for an older insert or update of a
+// deleted key to lose to, and would bring the row back until the replayed
+// delete removed it again. Readers saw deleted rows come back.
+//
+// So every staged hard delete also writes a tombstone — the target table,
+// the key (see tombstoneSQL), the delete's version — into
+// <control schema>.tombstones in the same transaction, and the staged
+// upsert skips a row whose key has a newer tombstone. The direct insert
+// path (direct.go) is taken only by rows newer than every tombstone of
+// their table.
+//
+// Pruning. A tombstone is useful only against a replay that can carry an
+// older change of its key: one that starts before the delete's transaction.
+// Replays start at the oldest checkpoint of the sinks, which, when this
+// sink applies a batch, is at least the checkpoint this sink stored with
+// the previous batch (a Fanout applies a batch to every sink before the
+// next one). The sink counts, per source, the batches that moved its
+// checkpoint forward (gen) and stamps each tombstone with the count after
+// its batch. The delete's transaction ends no later than the next
+// checkpoint that moves forward (a batch's checkpoint stays at the last
+// whole transaction; the transaction in progress ends at the next
+// boundary), so once the count has moved past the tombstone's twice — a
+// later checkpoint stored, then another batch applied — no replay can start
+// before the delete: those tombstones are deleted at the start of that
+// batch. The count and the newest checkpoint are stored (tombstone_state,
+// same transaction): a replayed batch, after a restart or after the
+// checkpoint was set back by hand, does not move the checkpoint forward
+// (it is compared with the newest one ever stored), so nothing is pruned
+// until the replay has passed it.
+const tombstoneTable = "tombstones"
+
+// tombstoneState holds each source's generation and the newest checkpoint
+// it stored (a checkpoint set back by hand does not make a replay look
+// like progress).
+const tombstoneState = "tombstone_state"
+
+// tombSource is the pruning state of one source (see above).
+type tombSource struct {
+	gen    int64             // batches that moved the checkpoint forward
+	ckpt   tidemark.Position // the newest checkpoint stored
+	oldest int64             // the oldest generation stored (math.MaxInt64: none)
+	top    int64             // the newest generation stored (-1: none)
+}
+
+// tombName returns the quoted tombstone table, "" in soft-delete mode.
+func (c Config) tombName() string {
+	if c.DeleteMode == DeleteSoft {
+		return ""
+	}
+	return quoteIdent(c.ControlSchema) + "." + quoteIdent(tombstoneTable)
+}
+
+// initTombstones creates the tombstone table (hard-delete mode).
+func (s *Sink) initTombstones(ctx context.Context, tx pgx.Tx) error {
+	tomb := s.cfg.tombName()
+	if tomb == "" {
+		return nil
+	}
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", tomb).Scan(&exists); err != nil {
+		return fmt.Errorf("look up %s: %w", tomb, err)
+	}
+	if exists {
+		return nil
+	}
+	for _, q := range []string{
+		"CREATE SCHEMA IF NOT EXISTS " + quoteIdent(s.cfg.ControlSchema),
+		// No index, no primary key: every delete writes a row, the table
+		// holds the deletes of the last two batches only (pruning), and
+		// it is read only by replays, with a hash anti-join. A replayed
+		// delete adds a second row (pruned alike), which is cheaper than
+		// INSERT … ON CONFLICT for every delete.
+		"CREATE TABLE IF NOT EXISTS " + tomb + ` (
+	target text COLLATE "C" NOT NULL, -- "schema"."table" of the deleted row
+	key text COLLATE "C" NOT NULL,    -- its business key (tombstoneSQL)
+	seq bigint NOT NULL,              -- the delete's version
+	idx integer NOT NULL,
+	source text NOT NULL,
+	gen bigint NOT NULL               -- pruning generation
+)`,
+		"CREATE TABLE IF NOT EXISTS " + quoteIdent(s.cfg.ControlSchema) + "." + quoteIdent(tombstoneState) + ` (
+	source text PRIMARY KEY,
+	gen bigint NOT NULL,    -- batches that moved the checkpoint forward
+	newest text NOT NULL    -- the newest checkpoint stored
+)`,
+	} {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return fmt.Errorf("create %s: %w", tomb, err)
+		}
+	}
+	return nil
+}
+
+// tombBegin runs at the start of a batch's transaction (hard-delete mode):
+// it loads the source's pruning state on first use, prunes the tombstones
+// no replay can need any more, and returns the generation to stamp this
+// batch's tombstones with and the state to remember once it commits.
+//
+// The state is stored only while it matters: when the batch deletes or
+// tombstones are left. A source without deletes pays nothing per batch.
+func (s *Sink) tombBegin(ctx context.Context, tx pgx.Tx, b *tidemark.Batch, deletes bool) (stamp int64, next *tombSource, err error) {
+	tomb := s.cfg.tombName()
+	if tomb == "" {
+		return 0, nil, nil
+	}
+	state := quoteIdent(s.cfg.ControlSchema) + "." + quoteIdent(tombstoneState)
+	s.mu.Lock()
+	cur, ok := s.tombs[b.Source]
+	s.mu.Unlock()
+	if !ok {
+		cur = &tombSource{}
+		if err := tx.QueryRow(ctx, "SELECT COALESCE(min(gen), $2), COALESCE(max(gen), -1) FROM "+tomb+" WHERE source = $1", b.Source, int64(math.MaxInt64)).Scan(&cur.oldest, &cur.top); err != nil {
+			return 0, nil, fmt.Errorf("read tombstones of source %q: %w", b.Source, err)
+		}
+		var newest string
+		err := tx.QueryRow(ctx, "SELECT gen, newest FROM "+state+" WHERE source = $1", b.Source).Scan(&cur.gen, &newest)
+		switch {
+		case err == pgx.ErrNoRows:
+			pos, has, err := s.cfg.Checkpoints.LoadPosition(ctx, querier{tx}, b.Source)
+			if err != nil {
+				return 0, nil, err
+			}
+			if has {
+				cur.ckpt = pos
+			}
+		case err != nil:
+			return 0, nil, fmt.Errorf("read tombstone state of source %q: %w", b.Source, err)
+		default:
+			if cur.ckpt, err = tidemark.ParsePosition(newest); err != nil {
+				return 0, nil, fmt.Errorf("read tombstone state of source %q: %w", b.Source, err)
+			}
+		}
+	}
+	next = &tombSource{gen: cur.gen, ckpt: cur.ckpt, oldest: cur.oldest, top: cur.top}
+	if !b.Checkpoint.IsZero() {
+		forward := cur.ckpt.IsZero()
+		if !forward {
+			// An error (positions of different servers) counts as not
+			// forward: tombstones are then kept longer, never dropped early.
+			c, err := b.Checkpoint.Compare(cur.ckpt)
+			forward = err == nil && c > 0
+		}
+		if forward {
+			next.gen, next.ckpt = cur.gen+1, b.Checkpoint
+		}
+		if forward && (deletes || cur.oldest != math.MaxInt64) {
+			if _, err := tx.Exec(ctx, "INSERT INTO "+state+" (source, gen, newest) VALUES ($1, $2, $3) ON CONFLICT (source) DO UPDATE SET gen = EXCLUDED.gen, newest = EXCLUDED.newest",
+				b.Source, next.gen, next.ckpt.String()); err != nil {
+				return 0, nil, fmt.Errorf("store tombstone state of source %q: %w", b.Source, err)
+			}
+		}
+		if forward {
+			if cur.oldest < cur.gen {
+				if _, err := tx.Exec(ctx, "DELETE FROM "+tomb+" WHERE source = $1 AND gen < $2", b.Source, cur.gen); err != nil {
+					return 0, nil, fmt.Errorf("prune tombstones of source %q: %w", b.Source, err)
+				}
+				next.oldest = cur.gen
+				if cur.top < cur.gen {
+					next.oldest, next.top = math.MaxInt64, -1 // none left
+				}
+			}
+		}
+	}
+	return next.gen, next, nil
+}
+
+// tombWritten records that a batch wrote tombstones stamped stamp.
+func (t *tombSource) tombWritten(stamp int64) {
+	t.oldest, t.top = min(t.oldest, stamp), max(t.top, stamp)
+}
+
+// tombCommitted records the pruning state of a committed batch.
+func (s *Sink) tombCommitted(source string, next *tombSource) {
+	if next == nil {
+		return
+	}
+	s.mu.Lock()
+	s.tombs[source] = next
+	s.mu.Unlock()
+}
+
+// tombstoneSQL builds the statements of a hard-delete table: the guard the
+// staged upsert adds (no newer tombstone of the key; $1 is the target
+// name) and the tombstone write of the staged deletes ($1 target, $2
+// source, $3 generation). The key is the text of a ROW of the key columns'
+// texts (PostgreSQL quotes what needs it, so it is unambiguous), times in
+// UTC so that the session's TimeZone cannot change it.
+func tombstoneSQL(tomb, stage string, t *tidemark.Table) (guard, write string) {
+	var parts []string
+	for _, k := range t.Key {
+		c := &t.Columns[k]
+		e := "s." + quoteIdent(c.Name)
+		switch c.Kind {
+		case tidemark.KindDateTime, tidemark.KindTimestamp:
+			e = "to_char(" + e + " AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')"
+		case tidemark.KindDate:
+			e = "to_char(" + e + ", 'YYYY-MM-DD')"
+		default:
+			e += "::text"
+		}
+		parts = append(parts, e)
+	}
+	key := "ROW(" + strings.Join(parts, ", ") + ")::text"
+	if len(parts) == 1 {
+		key = parts[0] // one column: its text is unambiguous already
+	}
+	seq, idx := quoteIdent(colSeq), quoteIdent(colIdx)
+	guard = fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM %s AS tb WHERE tb.target = $1 AND tb.key = %s AND (tb.seq, tb.idx) > (s.%s, s.%s))",
+		tomb, key, seq, idx)
+	write = fmt.Sprintf("INSERT INTO %s (target, key, seq, idx, source, gen)\nSELECT $1, %s, s.%s, s.%s, $2, $3 FROM %s AS s WHERE s.%s IN ('%s', '%s')",
+		tomb, key, seq, idx, stage, quoteIdent(colOp), opDelete, opKeyGone)
+	return guard, write
+}
+
+// tombMax returns the newest tombstone version of a target table (zero:
+// none), read once per table and raised as the sink writes more, so it is
+// never below the table's newest tombstone.
+func (s *Sink) tombMax(ctx context.Context, tx pgx.Tx, d *tableDef) (tidemark.Version, error) {
+	s.mu.Lock()
+	v, ok := s.tombTop[d.qname]
+	s.mu.Unlock()
+	if ok {
+		return v, nil
+	}
+	var seq int64
+	var idx int32
+	err := tx.QueryRow(ctx, "SELECT seq, idx FROM "+d.tomb+" WHERE target = $1 ORDER BY seq DESC, idx DESC LIMIT 1", d.qname).Scan(&seq, &idx)
+	if err != nil && err != pgx.ErrNoRows {
+		return v, fmt.Errorf("read tombstones of %s: %w", d.display, err)
+	}
+	if err == nil {
+		v = tidemark.Version{Seq: uint64(seq), Index: uint32(idx)}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur, ok := s.tombTop[d.qname]; ok && v.Compare(cur) < 0 {
+		v = cur
+	}
+	s.tombTop[d.qname] = v
+	return v, nil
+}
+
+// raiseTombMax raises the cached newest tombstone version of a table that
+// has one cached (one not cached yet is read from the table when needed,
+// which then holds the new tombstones too).
+func (s *Sink) raiseTombMax(d *tableDef, v tidemark.Version) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur, ok := s.tombTop[d.qname]; ok && cur.Compare(v) < 0 {
+		s.tombTop[d.qname] = v
+	}
+}
