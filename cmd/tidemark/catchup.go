@@ -83,7 +83,11 @@ func cmdCatchup(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		// read from (a failover tidemark refused to follow, a reset
 		// binlog), its rows are written in the next epoch, so they win
 		// over everything written before.
-		stored, ok, err := d.target.Checkpoint(ctx, cfg.Source.Name)
+		// err, not a new one: the catch-up's error below must reach the
+		// exit code (a shadowed err made a failed catch-up exit 0).
+		var stored tidemark.Position
+		var ok bool
+		stored, ok, err = d.target.Checkpoint(ctx, cfg.Source.Name)
 		if err != nil {
 			log.Error("read checkpoint failed", "err", err)
 			return exitFailed
