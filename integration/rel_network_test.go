@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"tidemark/integration/harness"
 )
 
@@ -248,7 +250,7 @@ func TestF8SourceSQLHalfOpen(t *testing.T) {
 	}
 	t.Cleanup(myP.Close)
 	db := randName("it_f8sql_")
-	f.dropLater(t, db, db)
+	f.dropLater(t, db, db, db+"_d")
 	if err := harness.Exec(f.my, "CREATE DATABASE "+db, "USE "+db, "CREATE TABLE t (id INT PRIMARY KEY, v INT)",
 		"INSERT INTO t SELECT seq, seq FROM seq_1_to_1000"); err != nil {
 		t.Fatal(err)
@@ -265,6 +267,13 @@ func TestF8SourceSQLHalfOpen(t *testing.T) {
 	}
 	fig := figures{}
 	for _, name := range []string{"catchup", "verify"} {
+		if name == "verify" {
+			// Verify compares with a target: a catch-up on a healthy
+			// network writes it.
+			if code, out := runBinary(t, 2*time.Minute, []string{"TM_IT_MYSQL_PASSWORD=" + f.env.MySQLPassword, "TM_IT_PG_DSN=" + f.env.PGDSN}, "catchup", "--config", cfg); code != 0 {
+				t.Fatalf("catchup on a healthy network: exit %d\n%s", code, tail(out, 10))
+			}
+		}
 		slow()
 		cmd := exec.Command(binPath, name, "--config", cfg)
 		cmd.Env = append(os.Environ(), "TM_IT_MYSQL_PASSWORD="+f.env.MySQLPassword, "TM_IT_PG_DSN="+f.env.PGDSN)
@@ -275,7 +284,16 @@ func TestF8SourceSQLHalfOpen(t *testing.T) {
 		}
 		done := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(done) }()
-		time.Sleep(2 * time.Second)
+		if name == "catchup" {
+			// Hang in the middle of the table's reads: once rows arrive.
+			waitFor(30*time.Second, func() bool {
+				var n int
+				_ = f.pg.QueryRow(f.ctx, "SELECT count(*) FROM "+pgx.Identifier{db, "t"}.Sanitize()).Scan(&n)
+				return n > 0
+			})
+		} else {
+			time.Sleep(2 * time.Second)
+		}
 		hung := time.Now()
 		hang()
 		select {
@@ -288,7 +306,7 @@ func TestF8SourceSQLHalfOpen(t *testing.T) {
 		took := time.Since(hung)
 		myP.RemoveAll()
 		if code := cmd.ProcessState.ExitCode(); code == 0 || !strings.Contains(out.String(), "query_timeout 2s") {
-			t.Errorf("%s on a half-open source connection: exit %d %s after the hang, want a failure naming query_timeout:\n%s", name, code, took.Round(time.Millisecond), tail(out.String(), 10))
+			t.Errorf("%s on a half-open source connection: exit %d %s after the hang, want a failure naming query_timeout:\n%s", name, code, took.Round(time.Millisecond), out.String())
 		}
 		fig[name+"_fails_after_ms"] = ms(took)
 	}
@@ -297,8 +315,12 @@ func TestF8SourceSQLHalfOpen(t *testing.T) {
 	if _, err := f.pg.Exec(f.ctx, "DROP SCHEMA IF EXISTS "+db+" CASCADE"); err != nil {
 		t.Fatal(err)
 	}
+	// A source name of its own: no checkpoint, so the daemon starts with
+	// a snapshot.
+	cfgD := f.relConfig(t, db+"_d", db, relOpts{Addr: myP.Addr, ReadTimeout: "3s", Source: []string{"query_timeout: 2s"},
+		Extra: "fallback:\n  chunk_rows: 10\n", TargetSchema: db})
 	slow()
-	d := f.startDaemon(t, cfg)
+	d := f.startDaemon(t, cfgD)
 	t.Cleanup(func() {
 		if !d.exited() {
 			d.kill()
@@ -314,7 +336,7 @@ func TestF8SourceSQLHalfOpen(t *testing.T) {
 	if !noticed || d.exited() {
 		t.Fatalf("the daemon's snapshot on a half-open connection: no retry naming query_timeout within 30 s (exited %v):\n%s", d.exited(), tail(d.stderr.String(), 10))
 	}
-	took := f.caughtUpIn(t, db, d, 2*time.Minute)
+	took := f.caughtUpIn(t, db+"_d", d, 2*time.Minute)
 	fig["daemon_recovery_ms"] = ms(took)
 	if code := d.stop(t); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, tail(d.stderr.String(), 20))
