@@ -14,7 +14,9 @@ import (
 // TRUNCATE with writes before and after each: the appliers create the new
 // column from the schema record before any row that has it, and every
 // partition's applier removes the rows older than the TRUNCATE (and only
-// those). The target then equals the source row by row.
+// those). The target then equals the source row by row. Admin commands
+// beside the tailer neither fence it nor run what the topology cannot
+// carry (catchup, resync).
 func TestApplyFollowsSchemaAndTruncate(t *testing.T) {
 	f := newFixture(t)
 	r, _ := f.newApplyRun(t, "it_applyddl_", 97, 4, 50)
@@ -52,6 +54,19 @@ func TestApplyFollowsSchemaAndTruncate(t *testing.T) {
 		t.Fatal(err)
 	}
 	converge("before the TRUNCATE")
+	// Admin commands beside the running tailer: checkpoint reads Kafka's
+	// checkpoint without fencing it; catchup takes the source's lock (held
+	// by the tailer) and refuses; resync is refused in this topology.
+	env := []string{"TM_IT_MYSQL_PASSWORD=" + f.env.MySQLPassword, "TM_IT_PG_DSN=" + f.env.PGDSN}
+	if code, out := runBinary(t, 60*time.Second, env, "checkpoint", "--config", r.cfg); code != 0 || !strings.Contains(out, "gtid=") {
+		t.Fatalf("checkpoint: exit %d\n%s", code, out)
+	}
+	if code, out := runBinary(t, 60*time.Second, env, "catchup", "--config", r.cfg, "--table", r.db+".orders"); code == 0 || !strings.Contains(out, "is streaming source") {
+		t.Fatalf("catchup beside the tailer: exit %d, want a refusal\n%s", code, out)
+	}
+	if code, out := runBinary(t, 60*time.Second, env, "resync", "--config", r.cfg, "--table", r.db+".orders"); code != 2 || !strings.Contains(out, "scale-out topology") {
+		t.Fatalf("resync in the scale-out topology: exit %d, want 2 and a refusal\n%s", code, out)
+	}
 	if err := harness.Exec(f.my, "TRUNCATE TABLE "+r.db+".orders"); err != nil {
 		t.Fatal(err)
 	}

@@ -60,8 +60,14 @@ func cmdCatchup(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		only = append(only, tidemark.TableID{Database: db, Name: name})
 	}
 	source := cfg.Source.Name
+	// The source's lock: PostgreSQL's, also in the scale-out topology
+	// where the tailer holds it (tailerTarget).
+	locker, _ := d.target.(tidemark.SourceLocker)
 	if d.sink != nil {
-		release, free, err := d.sink.TryLockSource(ctx, source)
+		locker = d.sink
+	}
+	if locker != nil {
+		release, free, err := locker.TryLockSource(ctx, source)
 		if err != nil {
 			log.Error("catch-up failed", "err", err)
 			return exitFailed

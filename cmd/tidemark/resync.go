@@ -242,6 +242,10 @@ func cmdResync(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, err)
 		return exitUsage
 	}
+	if cfg.Apply != nil {
+		fmt.Fprintln(stderr, "tidemark resync: not available in the scale-out topology yet (an apply section): a resync's reset of the target table is not carried to the appliers; stop the tailer and the appliers, resync with a config without the apply section, then start them again (docs/SCALE-OUT.md)")
+		return exitUsage
+	}
 	var ids []tidemark.TableID
 	for _, t := range tables {
 		db, name, ok := strings.Cut(t, ".")
