@@ -573,6 +573,12 @@ func (h *handler) answer(q string) (*sqltypes.Result, error) {
 		return &sqltypes.Result{}, nil
 	case q == "flush tables with read lock" || q == "unlock tables":
 		return &sqltypes.Result{}, nil
+	case q == "select version()":
+		return textResult([]string{"VERSION()"}, []any{p.cfg.Version}), nil
+	case q == "show grants for current_user()":
+		// The grants tidemark's docs ask for, as MySQL 8 prints them.
+		return textResult([]string{"Grants for " + p.cfg.User + "@%"},
+			[]any{"GRANT SELECT, RELOAD, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO `" + p.cfg.User + "`@`%`"}), nil
 	case strings.HasPrefix(q, "kill "):
 		// KILL <id>: go-mysql ends its dump connection this way.
 		id, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimPrefix(q, "kill "), "connection "), 10, 32)
