@@ -292,7 +292,7 @@ func TestF8SourceSQLHalfOpen(t *testing.T) {
 				return n > 0
 			})
 		} else {
-			time.Sleep(2 * time.Second)
+			time.Sleep(time.Second) // verify of 1,000 rows in chunks of 10 at +100 ms per answer runs for seconds
 		}
 		hung := time.Now()
 		hang()
