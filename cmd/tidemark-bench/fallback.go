@@ -32,6 +32,7 @@ type fallbackRun struct {
 	first    time.Duration // R7: the first catch-up after 0.1% of rows changed
 	firstRep fallback.TableReport
 	reruns   []time.Duration // catch-ups of the same, unchanged window
+	calls    string          // where the first catch-up's time went
 }
 
 // benchFallback compares a catch-up of a table where 0.1% of the rows
@@ -136,7 +137,8 @@ func benchFallback(ctx context.Context, rows, runs int, out string) error {
 				return err
 			}
 			if i == 0 {
-				fmt.Fprintf(os.Stderr, "   first catch-up %s: %s\n", r.Took.Round(100*time.Microsecond), &calls)
+				fr.calls = calls.String()
+				fmt.Fprintf(os.Stderr, "   first catch-up %s: %s\n", r.Took.Round(100*time.Microsecond), fr.calls)
 				fr.first, fr.firstRep = r.Took, r.Tables[0]
 				if int(r.Tables[0].Applied.Updated) != changed {
 					return fmt.Errorf("first catch-up updated %d rows, want %d", r.Tables[0].Applied.Updated, changed)
@@ -179,6 +181,10 @@ func benchFallback(ctx context.Context, rows, runs int, out string) error {
 	fmt.Fprintf(tw, "full reload / re-run (not R7: nothing to apply)\tmedian %.0f×\t\n", medianOf(rrs))
 	fmt.Fprintf(tw, "peak RSS (VmHWM) of the bench process (loader, reader and sink in one)\t%.0f MiB\t\n", float64(hwm)/1024)
 	tw.Flush()
+	b.WriteString("\nWhere each run's first catch-up spent its time (calls into the source and the target; the rest is the catch-up's own work):\n")
+	for i, fr := range all {
+		fmt.Fprintf(&b, "  run %d, %s: %s\n", i+1, fr.first.Round(100*time.Microsecond), fr.calls)
+	}
 	fmt.Print(b.String())
 	if out == "" {
 		return nil
