@@ -83,7 +83,7 @@ func benchFallback(ctx context.Context, rows, runs int, out string) error {
 	}
 	defer sink.Close()
 	var calls callTimes
-	cu, err := fallback.New(fallback.Config{Source: "bench_fb", ChunkRows: fallbackChunkRows, Tables: map[string]fallback.TableConfig{db + ".big": {Column: "updated_at", Lookback: time.Minute}}},
+	cu, err := fallback.New(fallback.Config{Source: "fallback_bench", ChunkRows: fallbackChunkRows, Tables: map[string]fallback.TableConfig{db + ".big": {Column: "updated_at", Lookback: time.Minute}}},
 		timedSource{reader, &calls}, timedTarget{sink, &calls})
 	if err != nil {
 		return err
@@ -102,7 +102,7 @@ func benchFallback(ctx context.Context, rows, runs int, out string) error {
 				return err
 			}
 		}
-		_, _ = pg.Exec(ctx, "DELETE FROM tidemark.watermarks WHERE source = 'bench_fb'")
+		_, _ = pg.Exec(ctx, "DELETE FROM tidemark.watermarks WHERE source = 'fallback_bench'")
 		fmt.Fprintf(os.Stderr, "== [%d] full reload (snapshot of every row)\n", run)
 		if snapshotProfile != "" && run == 1 {
 			pf, err := os.Create(snapshotProfile)

@@ -320,7 +320,7 @@ func run(ctx context.Context, o options) error {
 	var runs []runFigures
 	for i := 1; i <= o.runs; i++ {
 		step(fmt.Sprintf("run %d of %d", i, o.runs))
-		if err := resetTargets(ctx, pg); err != nil {
+		if err := resetTargets(ctx, pg, "bench_"); err != nil {
 			return err
 		}
 		f, err := measure(ctx, o, env, my, pg, bl, i)
@@ -509,8 +509,9 @@ func tailerOnly(ctx context.Context, env harness.Env, from, to tidemark.Position
 }
 
 // copyCeiling is C2: one COPY of rows shaped like the backlog.
-func copyCeiling(ctx context.Context, pg *pgx.Conn, n int) (result, error) {
-	if _, err := pg.Exec(ctx, `CREATE SCHEMA bench_ceiling; CREATE TABLE bench_ceiling.ins (id bigint PRIMARY KEY, amount numeric(12,2) NOT NULL,
+func copyCeiling(ctx context.Context, pg *pgx.Conn, schema string, n int) (result, error) {
+	tbl := pgx.Identifier{schema, "ins"}.Sanitize()
+	if _, err := pg.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()+"; CREATE TABLE "+tbl+` (id bigint PRIMARY KEY, amount numeric(12,2) NOT NULL,
 		created_at timestamptz NOT NULL, updated_at timestamptz NOT NULL, name text NOT NULL, doc jsonb,
 		_tm_seq bigint NOT NULL, _tm_idx integer NOT NULL, _tm_commit_time timestamptz, _tm_loaded_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 		return result{}, err
@@ -526,7 +527,7 @@ func copyCeiling(ctx context.Context, pg *pgx.Conn, n int) (result, error) {
 			fmt.Sprintf("name-%d", i), fmt.Sprintf(`{"k": %d, "tags": ["a", "b"]}`, i), int64(i), int32(1), now}, nil
 	})
 	start := time.Now()
-	c, err := pg.CopyFrom(ctx, pgx.Identifier{"bench_ceiling", "ins"},
+	c, err := pg.CopyFrom(ctx, pgx.Identifier{schema, "ins"},
 		[]string{"id", "amount", "created_at", "updated_at", "name", "doc", "_tm_seq", "_tm_idx", "_tm_commit_time"}, src)
 	if err != nil {
 		return result{}, err

@@ -36,10 +36,14 @@ type runFigures struct {
 	rss                        int64 // KiB, the largest VmHWM of the daemons of this run
 }
 
-// resetTargets removes what earlier runs left in PostgreSQL: the bench's
-// schemas (but those named in keep) and the control rows of its sources.
-func resetTargets(ctx context.Context, pg *pgx.Conn, keep ...string) error {
-	rows, err := pg.Query(ctx, `SELECT nspname FROM pg_namespace WHERE nspname LIKE 'bench\_%'`)
+// resetTargets removes what earlier runs left in PostgreSQL: the schemas
+// whose names start with prefix (but those named in keep) and the control
+// rows of the sources named so. Each bench has its own prefix ("bench_" for
+// make bench, "peers_" for make bench-peers), so that they never touch each
+// other's tables.
+func resetTargets(ctx context.Context, pg *pgx.Conn, prefix string, keep ...string) error {
+	like := strings.ReplaceAll(prefix, "_", `\_`) + "%"
+	rows, err := pg.Query(ctx, `SELECT nspname FROM pg_namespace WHERE nspname LIKE $1`, like)
 	if err != nil {
 		return err
 	}
@@ -57,7 +61,7 @@ func resetTargets(ctx context.Context, pg *pgx.Conn, keep ...string) error {
 	}
 	for _, t := range []string{"checkpoints", "tables", "watermarks"} {
 		// The control tables exist once a daemon has run.
-		_, _ = pg.Exec(ctx, "DELETE FROM tidemark."+t+` WHERE source LIKE 'bench\_%'`)
+		_, _ = pg.Exec(ctx, "DELETE FROM tidemark."+t+" WHERE source LIKE $1", like)
 	}
 	return nil
 }
@@ -93,7 +97,7 @@ func measure(ctx context.Context, o options, env harness.Env, my *client.Conn, p
 	}
 
 	step("C2 PostgreSQL COPY of the same rows")
-	c2, err := copyCeiling(ctx, pg, bl.insRows)
+	c2, err := copyCeiling(ctx, pg, "bench_ceiling", bl.insRows)
 	if err != nil {
 		return f, err
 	}

@@ -89,11 +89,11 @@ func benchPeers(ctx context.Context, o options) error {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "   loaded in %s\n", time.Since(t0).Round(time.Millisecond))
-	if err := resetTargets(ctx, pg); err != nil {
+	if err := resetTargets(ctx, pg, "peers_"); err != nil {
 		return err
 	}
 	fmt.Fprintln(os.Stderr, "== C COPY ceiling (one pgx CopyFrom of rows of the same shape)")
-	ceil, err := copyCeiling(ctx, pg, rows)
+	ceil, err := copyCeiling(ctx, pg, "peers_ceiling", rows)
 	if err != nil {
 		return err
 	}
@@ -167,7 +167,7 @@ func benchPeers(ctx context.Context, o options) error {
 	var runs []peerRun
 	for i := 1; i <= o.runs; i++ {
 		var r peerRun
-		pgSchema, tmSource := fmt.Sprintf("bench_peers_pgloader_%d", i), fmt.Sprintf("bench_peers_tidemark_%d", i)
+		pgSchema, tmSource := fmt.Sprintf("peers_pgloader_%d", i), fmt.Sprintf("peers_tidemark_%d", i)
 		fmt.Fprintf(os.Stderr, "== [%d] pgloader\n", i)
 		if r.pgloader, r.pgloaderRSS, err = runPgloader(pgSchema, ""); err != nil {
 			return err
@@ -190,23 +190,23 @@ func benchPeers(ctx context.Context, o options) error {
 		}
 		runs = append(runs, r)
 		// Keep the disk bounded: this run's copies are checked.
-		if err := resetTargets(ctx, pg, "bench_ceiling"); err != nil {
+		if err := resetTargets(ctx, pg, "peers_", "peers_ceiling"); err != nil {
 			return err
 		}
 	}
 	fmt.Fprintln(os.Stderr, "== pgloader with the zone workaround (session zones set to the source zone), once")
 	zoneFix := fmt.Sprintf("SET PostgreSQL PARAMETERS timezone = '%s'\nSET MySQL PARAMETERS time_zone = '\"%s\"'\n", zone, zone)
-	fixTook, _, err := runPgloader("bench_peers_pgloader_zonefix", zoneFix)
+	fixTook, _, err := runPgloader("peers_pgloader_zonefix", zoneFix)
 	if err != nil {
 		return err
 	}
-	fixVerify, err := verify("bench_peers_pgloader_zonefix")
+	fixVerify, err := verify("peers_pgloader_zonefix")
 	if err != nil {
 		return err
 	}
 	var docType string
 	if err := pg.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute
-		WHERE attrelid = 'bench_peers_pgloader_zonefix.t'::regclass AND attname = 'doc'`).Scan(&docType); err != nil {
+		WHERE attrelid = 'peers_pgloader_zonefix.t'::regclass AND attname = 'doc'`).Scan(&docType); err != nil {
 		return err
 	}
 
