@@ -642,33 +642,31 @@ func endToEnd(ctx context.Context, bin string, env harness.Env, pg *pgx.Conn, so
 }
 
 // rowsWritten reads what PostgreSQL itself counted for a table: rows
-// inserted, updated and deleted (pg_stat_user_tables). A backend flushes its
-// counters when it exits: wait until the daemon's backends are gone, then
-// read until three reads agree.
+// inserted, updated and deleted (pg_stat_user_tables). The daemon has
+// exited; its backends flush their counters as they exit, a moment later:
+// read until the sum has not moved for a second.
 func rowsWritten(ctx context.Context, pg *pgx.Conn, schema, table string) (int64, error) {
 	var last int64 = -1
 	same := 0
 	for i := 0; i < 100; i++ {
-		var others, n int64
+		var n int64
 		if _, err := pg.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
 			return 0, err
 		}
-		if err := pg.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'
-				AND datname = current_database() AND pid <> pg_backend_pid()),
-			(SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint FROM pg_stat_user_tables
-				WHERE schemaname = $1 AND relname = $2)`, schema, table).Scan(&others, &n); err != nil {
+		if err := pg.QueryRow(ctx, `SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint FROM pg_stat_user_tables
+			WHERE schemaname = $1 AND relname = $2`, schema, table).Scan(&n); err != nil {
 			return 0, fmt.Errorf("read pg_stat_user_tables for %s.%s: %w", schema, table, err)
 		}
-		if others == 0 && n == last {
+		if n > 0 && n == last {
 			same++
-			if same == 2 {
+			if same == 4 {
 				return n, nil
 			}
 		} else {
 			same = 0
 		}
 		last = n
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond)
 	}
 	return 0, fmt.Errorf("read pg_stat_user_tables for %s.%s: counters did not settle (last %d)", schema, table, last)
 }
