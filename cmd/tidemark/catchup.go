@@ -111,7 +111,7 @@ func cmdCatchup(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		// Every table that is streaming (quarantined ones wait for a
 		// resync), then the checkpoint.
 		if d.sink != nil {
-			rep, err = catchUpStreaming(ctx, d.catchUp, d.reader, d.sink, d.target, source, log)
+			rep, err = d.catchUp.RunStreaming(ctx, d.reader, d.sink, d.target)
 		} else {
 			rep, err = d.catchUp.RunReport(ctx, nil) // Kafka alone: no table states
 		}

@@ -369,7 +369,7 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 		if err != nil {
 			return tidemark.Position{}, err
 		}
-		rep, err := catchUpStreaming(ctx, catchUp, reader, sink, target, bc.Name, fc.Logger)
+		rep, err := catchUp.RunStreaming(ctx, reader, sink, target)
 		if err != nil {
 			return rep.Snapshot.Position, err
 		}
@@ -397,7 +397,7 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 		// New tables are snapshotted into PostgreSQL (it knows which
 		// tables it has); with Kafka alone they are streamed from their
 		// first change.
-		pc2.Snapshot = snapshotTables(catchUp, reader, sink, nil)
+		pc2.Snapshot = catchUp.Snapshotter(reader, sink, nil)
 	}
 	if cfg.FallbackOn() {
 		pc2.CatchUp = runCatchUp

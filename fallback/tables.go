@@ -1,0 +1,196 @@
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"tidemark"
+)
+
+// Registry is a target that keeps per-table replication state and mirrors
+// the source's secondary indexes (the PostgreSQL sink). A catch-up that
+// honours table states (RunStreaming, Snapshotter) needs one; a target
+// without one (Kafka alone) is caught up with RunReport.
+type Registry interface {
+	tidemark.TableRegistry
+	tidemark.IndexMirror
+}
+
+// Snapshotter returns the pipeline's tidemark.SnapshotFunc: the catch-up of
+// just those tables (it does not move the checkpoint), stamping rows with
+// the captured version. A table that has no rows gets its empty target
+// table; a table that no longer exists in the source has nothing to
+// snapshot (its target was dropped by the caller). The secondary indexes
+// (idx, the source's) are mirrored once the rows are in; a constraint the
+// rows violate fails the snapshot, and the pipeline quarantines the table.
+// report, if set, receives each run's report.
+func (c *CatchUp) Snapshotter(idx tidemark.IndexLister, reg Registry, report func(Report)) tidemark.SnapshotFunc {
+	return func(ctx context.Context, tables []tidemark.TableID) (tidemark.Version, error) {
+		present, err := c.src.Tables(ctx)
+		if err != nil {
+			return tidemark.Version{}, err
+		}
+		var only []tidemark.TableID
+		for _, id := range tables {
+			if slices.Contains(present, id) {
+				only = append(only, id)
+			}
+		}
+		if len(only) == 0 {
+			snap, err := c.src.Capture(ctx)
+			return snap.Version, err
+		}
+		rep, err := c.RunReport(ctx, only)
+		if report != nil {
+			report(rep)
+		}
+		if err != nil {
+			return tidemark.Version{}, err
+		}
+		for _, tr := range rep.Tables {
+			if tr.Rows > 0 {
+				continue
+			}
+			t, err := c.src.Table(ctx, tr.Table)
+			if err != nil {
+				return tidemark.Version{}, err
+			}
+			if err := reg.EnsureTable(ctx, t); err != nil {
+				return tidemark.Version{}, err
+			}
+		}
+		for _, tr := range rep.Tables {
+			if err := mirrorIndexes(ctx, idx, reg, tr.Table); err != nil {
+				return tidemark.Version{}, err
+			}
+		}
+		return rep.Snapshot.Version, nil
+	}
+}
+
+// RunStreaming is the automatic catch-up (first start, purged position)
+// without the tables that are not streaming: a quarantined table's changes
+// are skipped until it is resynced, and reading it could only fail on the
+// schema change that quarantined it. A table the run finds it cannot
+// follow (a *tidemark.TableError, e.g. a missing watermark column or rows
+// violating a mirrored constraint) is quarantined in reg, with one log
+// line naming it and the way back, and the run is repeated without it.
+// After the rows, the secondary indexes (idx, the source's) are mirrored.
+//
+// Like a catch-up of every table it stores the captured position as the
+// checkpoint; when tables were left out, it stores it through checkpoint
+// (the pipeline's target, so that with a fan-out every sink moves).
+func (c *CatchUp) RunStreaming(ctx context.Context, idx tidemark.IndexLister, reg Registry, checkpoint tidemark.Sink) (Report, error) {
+	source, log := c.cfg.Source, c.cfg.Logger
+	states, err := reg.TableStates(ctx, source)
+	if err != nil {
+		return Report{}, err
+	}
+	skip := map[tidemark.TableID]bool{}
+	for _, st := range states {
+		if st.Mode != tidemark.TableStreaming {
+			skip[st.Table] = true
+			log.Warn("catch-up leaves out a table that is not streaming", "table", st.Table.String(), "state", string(st.Mode), "reason", st.Reason)
+		}
+	}
+	for {
+		if len(skip) == 0 {
+			rep, err := c.RunReport(ctx, nil)
+			if ok, qerr := c.quarantineOn(ctx, err, reg, skip); ok {
+				continue
+			} else if qerr != nil {
+				return rep, qerr
+			}
+			if err == nil {
+				err = c.mirrorAfterLoad(ctx, rep, idx, reg, skip)
+			}
+			return rep, err
+		}
+		all, err := c.src.Tables(ctx)
+		if err != nil {
+			return Report{}, err
+		}
+		var only []tidemark.TableID
+		for _, id := range all {
+			if !skip[id] {
+				only = append(only, id)
+			}
+		}
+		var rep Report
+		if len(only) == 0 {
+			if rep.Snapshot, err = c.src.Capture(ctx); err != nil {
+				return rep, err
+			}
+		} else if rep, err = c.RunReport(ctx, only); err != nil {
+			if ok, qerr := c.quarantineOn(ctx, err, reg, skip); ok {
+				continue
+			} else if qerr != nil {
+				return rep, qerr
+			}
+			return rep, err
+		}
+		if err := c.mirrorAfterLoad(ctx, rep, idx, reg, skip); err != nil {
+			return rep, err
+		}
+		// RunReport with a table list leaves the checkpoint alone. It is
+		// stored through the pipeline's target, so that with Kafka as well
+		// both sinks move (the fan-out resumes from the older one).
+		if _, err := checkpoint.Apply(ctx, &tidemark.Batch{Source: source, Checkpoint: rep.Snapshot.Position}); err != nil {
+			return rep, fmt.Errorf("catch up %s: store checkpoint %s: %w", source, rep.Snapshot.Position, err)
+		}
+		return rep, nil
+	}
+}
+
+// mirrorIndexes mirrors the source's current secondary indexes of a table
+// onto its target (a no-op when they are already there).
+func mirrorIndexes(ctx context.Context, idx tidemark.IndexLister, reg tidemark.IndexMirror, id tidemark.TableID) error {
+	ix, err := idx.Indexes(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := reg.MirrorIndexes(ctx, id, ix); err != nil {
+		return fmt.Errorf("mirror the indexes of %s: %w", id, err)
+	}
+	return nil
+}
+
+// mirrorAfterLoad mirrors the indexes of the tables a catch-up loaded. A
+// table whose rows violate a mirrored constraint is quarantined.
+func (c *CatchUp) mirrorAfterLoad(ctx context.Context, rep Report, idx tidemark.IndexLister, reg Registry, skip map[tidemark.TableID]bool) error {
+	for _, tr := range rep.Tables {
+		if skip[tr.Table] {
+			continue
+		}
+		err := mirrorIndexes(ctx, idx, reg, tr.Table)
+		if ok, qerr := c.quarantineOn(ctx, err, reg, skip); ok {
+			continue
+		} else if qerr != nil {
+			return qerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// quarantineOn records the table of a *tidemark.TableError (a table whose
+// schema can no longer be followed) as quarantined and adds it to skip, so
+// that the catch-up is run again without it. It reports whether it did.
+func (c *CatchUp) quarantineOn(ctx context.Context, err error, reg tidemark.TableRegistry, skip map[tidemark.TableID]bool) (bool, error) {
+	var te *tidemark.TableError
+	if err == nil || !errors.As(err, &te) || skip[te.Table] {
+		return false, nil
+	}
+	c.cfg.Logger.Error("table quarantined: its changes are skipped from now on; the other tables continue. Resync it with `tidemark resync --table "+te.Table.String()+"` once the cause is fixed",
+		"table", te.Table.String(), "reason", te.Err.Error())
+	st := tidemark.TableState{Table: te.Table, Mode: tidemark.TableQuarantined, Reason: te.Err.Error()}
+	if err := reg.SetTableState(ctx, c.cfg.Source, st); err != nil {
+		return false, err
+	}
+	skip[te.Table] = true
+	return true, nil
+}
