@@ -302,6 +302,24 @@ type TargetVerifier interface {
 	DuplicateKeys(ctx context.Context, spec *VerifySpec, since time.Time, limit int) (DuplicateReport, error)
 }
 
+// AssertTarget is a target that checks its own business keys: the
+// post-load assertion (verify.Asserter) runs on it after every snapshot or
+// catch-up window and on a schedule.
+type AssertTarget interface {
+	// AppliedTables returns the source tables the target has applied
+	// changes to since it was opened: the tables a scheduled assertion
+	// checks.
+	AppliedTables() []*Table
+	// AssertNoDuplicateKeys returns an error wrapping ErrDuplicateKeys,
+	// naming the target table and the first keys, when the target holds a
+	// business key of t more than once — among every row (since zero) or
+	// among the keys of the rows loaded at or after since (the target's
+	// clock).
+	AssertNoDuplicateKeys(ctx context.Context, t *Table, since time.Time) error
+	// Now returns the target's clock (UTC).
+	Now(ctx context.Context) (time.Time, error)
+}
+
 // Retention describes how long the source keeps the binlog file holding a
 // checkpoint. A file is purged at a rotation once its last write (≈ the
 // creation time of the next file) is older than the expiry setting, so

@@ -40,6 +40,7 @@ import (
 	"tidemark/fallback"
 	"tidemark/sink/kafka"
 	"tidemark/sink/postgres"
+	"tidemark/verify"
 )
 
 // version and commit are set with -ldflags "-X main.version=… -X
@@ -593,7 +594,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 	g, gctx := errgroup.WithContext(ctx)
 	if d.sink != nil {
 		// The post-load duplicate assertion runs on PostgreSQL.
-		as := NewAsserter(d.sink, cfg.Verify, log.With("component", "assert"), m)
+		as := verify.NewAsserter(d.sink, cfg.Verify.assert(), log.With("component", "assert"), m.Error)
 		d.afterCatchUp = func(ctx context.Context, since time.Time, rows map[string]int64) error {
 			m.FallbackRun(rows)
 			return as.AfterLoad(ctx, since)

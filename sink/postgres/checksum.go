@@ -30,6 +30,9 @@ type Verifier struct {
 
 var _ tidemark.TargetVerifier = (*Verifier)(nil)
 
+// The post-load assertion runs on the sink.
+var _ tidemark.AssertTarget = (*Sink)(nil)
+
 // NewVerifier returns the target verifier of a sink (it uses the sink's
 // connection pool).
 func NewVerifier(s *Sink) *Verifier {

@@ -1,4 +1,4 @@
-package main
+package verify
 
 import (
 	"context"
@@ -7,16 +7,22 @@ import (
 	"os"
 	"strconv"
 	"testing"
+	"time"
 
+	"tidemark"
+	"tidemark/binlog"
+	"tidemark/checkpoint"
 	"tidemark/integration/harness"
+	"tidemark/sink/postgres"
 )
 
-// BenchmarkVerify compares `tidemark verify` (checksums inside both
+// BenchmarkVerify compares the verify engine as `tidemark verify` runs it
+// (opening both sides, checksums inside both
 // databases, chunks of 10000 rows) with the test harness's whole-table Go
 // comparison (harness.Compare reads every row of both sides) on the same
 // equal table of TIDEMARK_BENCH_ROWS rows (default 200000):
 //
-//	go test -run '^$' -bench BenchmarkVerify -benchtime 1x ./cmd/tidemark
+//	go test -run '^$' -bench BenchmarkVerify -benchtime 1x ./verify
 //
 // Both report rows/s; their ratio is the speed-up, measured in one run.
 func BenchmarkVerify(b *testing.B) {
@@ -39,7 +45,7 @@ func BenchmarkVerify(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer pg.Close(ctx)
-	db, control := randomName("vb_"), randomName("vbc_")
+	db, control := harness.RandomName("vb_"), harness.RandomName("vbc_")
 	defer my.Execute("DROP DATABASE IF EXISTS " + db)
 	defer pg.Exec(context.Background(), `DROP SCHEMA IF EXISTS "`+db+`" CASCADE`)
 	defer pg.Exec(context.Background(), `DROP SCHEMA IF EXISTS "`+control+`" CASCADE`)
@@ -64,15 +70,35 @@ func BenchmarkVerify(b *testing.B) {
 			b.Fatalf("target: %s: %v", q, err)
 		}
 	}
-	cfg := &Config{
-		Source: SourceConfig{Name: "bench", Addr: env.MySQLAddr, User: env.MySQLUser, Password: env.MySQLPassword,
-			ServerID: 7499, TimeZone: "Asia/Kolkata", Include: []string{db + ".*"}},
-		Target: TargetConfig{Postgres: &PostgresConfig{DSN: env.PGDSN, ControlSchema: control}},
+	loc, err := time.LoadLocation("Asia/Kolkata")
+	if err != nil {
+		b.Fatal(err)
+	}
+	bc := binlog.Config{Name: "bench", Addr: env.MySQLAddr, User: env.MySQLUser, Password: env.MySQLPassword,
+		ServerID: 7499, Zone: tidemark.ZonePolicy{Location: loc}, Include: []string{db + ".*"}}
+	// What runVerify in cmd/tidemark does: open both sides, verify, close.
+	run := func() (*Report, error) {
+		src, err := binlog.NewVerifier(bc)
+		if err != nil {
+			return nil, err
+		}
+		defer src.Close()
+		store, err := checkpoint.New(checkpoint.Config{Schema: control})
+		if err != nil {
+			return nil, err
+		}
+		sink, err := postgres.Open(ctx, postgres.Config{DSN: env.PGDSN, ControlSchema: control, Checkpoints: store, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return nil, err
+		}
+		defer sink.Close()
+		return Tables(ctx, src, postgres.NewVerifier(sink), Options{Source: bc.Name, Tables: []tidemark.TableID{{Database: db, Name: "t"}},
+			Zone: func(tidemark.TableID, string) string { return "Asia/Kolkata" }})
 	}
 	b.Run("verify", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			rep, err := runVerify(ctx, cfg, VerifyConfig{}.withDefaults(), []string{db + ".t"}, 0, slog.New(slog.DiscardHandler), nil)
-			if err != nil || rep.ExitCode() != exitVerifyEqual {
+			rep, err := run()
+			if err != nil || rep.ExitCode() != ExitEqual {
 				b.Fatalf("verify: %v %+v", err, rep)
 			}
 		}
