@@ -1,0 +1,286 @@
+package tidemark
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+)
+
+// tableSet is a pipeline's per-table state in memory: the TableState of
+// every table it has admitted, and how many changes those states made it
+// skip. The zero value is empty and ready; it is safe for concurrent use
+// (a batch applying in the background reads it while the loop updates it).
+type tableSet struct {
+	mu      sync.Mutex
+	tables  map[TableID]TableState
+	skipped uint64
+}
+
+// get returns a table's state and whether the set knows the table.
+func (s *tableSet) get(id TableID) (TableState, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.tables[id]
+	return st, ok
+}
+
+// put records st and reports whether it changed what the set knew of the
+// table: a table seen for the first time, another mode, floor or reason.
+func (s *tableSet) put(st TableState) (changed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tables == nil {
+		s.tables = map[TableID]TableState{}
+	}
+	old, had := s.tables[st.Table]
+	s.tables[st.Table] = st
+	return !had || old.Mode != st.Mode || old.Floor != st.Floor || old.Reason != st.Reason
+}
+
+// forget removes a table (after its DROP TABLE): a table of that name seen
+// later is admitted as a new one.
+func (s *tableSet) forget(id TableID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.tables, id)
+}
+
+// reset forgets every table.
+func (s *tableSet) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.tables)
+}
+
+// list returns every state, sorted by table name.
+func (s *tableSet) list() []TableState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]TableState, 0, len(s.tables))
+	for _, st := range s.tables {
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Table.String() < out[j].Table.String() })
+	return out
+}
+
+// skippedChanges returns how many changes filter removed so far.
+func (s *tableSet) skippedChanges() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.skipped
+}
+
+// filter removes from b the changes of tables that are not streaming and
+// the changes older than their table's last snapshot (TableState.Skips),
+// and counts them. Changes of tables the set does not know are kept.
+func (s *tableSet) filter(b *Batch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	kept := b.Changes[:0]
+	for _, c := range b.Changes {
+		if st, ok := s.tables[c.Table.ID]; ok && st.Skips(c.Version) {
+			s.skipped++
+			continue
+		}
+		kept = append(kept, c)
+	}
+	clear(b.Changes[len(kept):])
+	b.Changes = kept
+}
+
+// hasUnknown reports whether b has changes of a table the set does not
+// know.
+func (s *tableSet) hasUnknown(b *Batch) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range b.Changes {
+		if _, ok := s.tables[b.Changes[i].Table.ID]; !ok {
+			return true
+		}
+	}
+	return false
+}
+
+// loadStates reads the recorded table states, when the sink keeps them.
+func (p *Pipeline) loadStates(ctx context.Context) error {
+	reg, ok := p.sink.(TableRegistry)
+	if !ok {
+		return nil
+	}
+	states, err := reg.TableStates(ctx, p.cfg.Source)
+	if errors.Is(err, errors.ErrUnsupported) {
+		p.cfg.Logger.Info("the sink does not record table states: quarantines last until the process stops", "source", p.cfg.Source)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read table states of %s: %w", p.cfg.Source, err)
+	}
+	p.reg = reg
+	p.tables.reset()
+	for _, st := range states {
+		p.remember(st)
+	}
+	for _, st := range states {
+		if st.Mode == TableQuarantined {
+			p.cfg.Logger.Error("table is quarantined: its changes are skipped until it is resynced (tidemark resync --table "+st.Table.String()+")",
+				"source", p.cfg.Source, "table", st.Table.String(), "reason", st.Reason, "since", st.UpdatedAt)
+		}
+	}
+	return nil
+}
+
+// state returns the state of a table and whether the pipeline knows it.
+func (p *Pipeline) state(id TableID) (TableState, bool) {
+	return p.tables.get(id)
+}
+
+// setState records a table's state (in the target when the sink keeps
+// states) and reports the change.
+func (p *Pipeline) setState(ctx context.Context, st TableState) error {
+	if p.reg != nil {
+		if err := p.reg.SetTableState(ctx, p.cfg.Source, st); err != nil {
+			return fmt.Errorf("record state of %s: %w", st.Table, err)
+		}
+	}
+	p.remember(st)
+	return nil
+}
+
+// remember records a table's state in memory and reports a change to
+// OnTableState.
+func (p *Pipeline) remember(st TableState) {
+	if p.tables.put(st) && p.cfg.OnTableState != nil {
+		p.cfg.OnTableState(st)
+	}
+}
+
+// quarantine stops applying a table's changes. The reason goes to the log
+// (once, at error level), the recorded state and OnTableState.
+func (p *Pipeline) quarantine(ctx context.Context, id TableID, cause error) error {
+	st := TableState{Table: id, Mode: TableQuarantined, Reason: cause.Error()}
+	p.cfg.Logger.Error("table quarantined: its changes are skipped from now on; the other tables continue. Resync it with `tidemark resync --table "+id.String()+"` once the cause is fixed",
+		"source", p.cfg.Source, "table", id.String(), "reason", st.Reason)
+	return p.setState(ctx, st)
+}
+
+// resnapshot takes a table through Resnapshot. A failure other than
+// cancellation quarantines the table instead of stopping the pipeline.
+func (p *Pipeline) resnapshot(ctx context.Context, id TableID, reason string) error {
+	if p.cfg.Snapshot == nil || p.reg == nil {
+		// Nothing to snapshot with: stream the table from here.
+		return p.setState(ctx, TableState{Table: id, Mode: TableStreaming, Reason: reason})
+	}
+	p.cfg.Logger.Info("snapshotting table", "source", p.cfg.Source, "table", id.String(), "reason", reason)
+	start := time.Now()
+	p.remember(TableState{Table: id, Mode: TableSnapshotting, Reason: reason})
+	st, err := Resnapshot(ctx, p.reg, p.cfg.Source, id, p.cfg.Snapshot, reason)
+	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		if IsRegistryError(err) {
+			// Recording the state or dropping the target failed: not the
+			// table's fault. Stop; the table stays snapshotting and the
+			// next start redoes the snapshot.
+			return err
+		}
+		// Reading or loading the table failed (after the retries of the
+		// reader and the sink): quarantine it, the others go on.
+		return p.quarantine(ctx, id, fmt.Errorf("snapshot failed: %w", err))
+	}
+	p.remember(st)
+	p.cfg.Logger.Info("table snapshotted; streaming it from the snapshot on", "source", p.cfg.Source, "table", id.String(),
+		"version", st.Floor.String(), "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// pendingSnapshots reads the recorded states again and performs what they
+// ask for: resyncs requested (tidemark resync) and snapshots a crash
+// interrupted. flush, when not nil, first applies the batch in hand.
+func (p *Pipeline) pendingSnapshots(ctx context.Context, flush func() error) error {
+	if p.reg == nil {
+		return nil
+	}
+	states, err := p.reg.TableStates(ctx, p.cfg.Source)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("read table states of %s: %w", p.cfg.Source, err)
+	}
+	var todo []TableState
+	for _, st := range states {
+		if st.Mode == TableResyncRequested || st.Mode == TableSnapshotting {
+			todo = append(todo, st)
+			continue
+		}
+		if cur, ok := p.state(st.Table); !ok || cur.Mode != st.Mode || cur.Floor != st.Floor {
+			p.remember(st)
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	if flush != nil {
+		if err := flush(); err != nil {
+			return err
+		}
+	}
+	for _, st := range todo {
+		reason := st.Reason
+		if st.Mode == TableResyncRequested {
+			reason = "resync requested"
+			p.cfg.Logger.Info("resync requested: re-snapshotting the table", "source", p.cfg.Source, "table", st.Table.String())
+		} else {
+			p.cfg.Logger.Info("finishing an interrupted snapshot", "source", p.cfg.Source, "table", st.Table.String(), "reason", st.Reason)
+		}
+		p.remember(st)
+		if err := p.resnapshot(ctx, st.Table, reason); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// admitTables admits the batch's tables that the pipeline sees for the
+// first time.
+func (p *Pipeline) admitTables(ctx context.Context, b *Batch) error {
+	var seen map[TableID]bool
+	for i := range b.Changes {
+		id := b.Changes[i].Table.ID
+		if _, ok := p.state(id); ok || seen[id] {
+			continue
+		}
+		if seen == nil {
+			seen = map[TableID]bool{}
+		}
+		seen[id] = true
+		if err := p.admit(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// admit starts replicating a table the pipeline has not seen before. When
+// its target does not exist yet it is snapshotted first: it may hold rows
+// that the stream will never show (a table renamed into the include filter,
+// or newly included). A table whose target exists is streamed from here.
+func (p *Pipeline) admit(ctx context.Context, id TableID) error {
+	if p.reg == nil {
+		p.remember(TableState{Table: id, Mode: TableStreaming})
+		return nil
+	}
+	has, err := p.reg.HasTable(ctx, id)
+	if err != nil {
+		return fmt.Errorf("look up target of %s: %w", id, err)
+	}
+	if has {
+		return p.setState(ctx, TableState{Table: id, Mode: TableStreaming})
+	}
+	return p.resnapshot(ctx, id, "new table")
+}

@@ -1,0 +1,88 @@
+package tidemark
+
+import (
+	"testing"
+	"time"
+)
+
+// TestTableSetPut: put reports a change for a new table and for another
+// mode, floor or reason, not for the same state recorded again.
+func TestTableSetPut(t *testing.T) {
+	var s tableSet // the zero value is ready
+	id := TableID{Database: "d", Name: "t"}
+	for i, tc := range []struct {
+		st      TableState
+		changed bool
+	}{
+		{TableState{Table: id, Mode: TableStreaming}, true},
+		{TableState{Table: id, Mode: TableStreaming}, false},
+		{TableState{Table: id, Mode: TableStreaming, UpdatedAt: time.Unix(1, 0)}, false},
+		{TableState{Table: id, Mode: TableQuarantined, Reason: "r"}, true},
+		{TableState{Table: id, Mode: TableQuarantined, Reason: "other"}, true},
+		{TableState{Table: id, Mode: TableStreaming, Reason: "other", Floor: Version{Seq: 3}}, true},
+		{TableState{Table: id, Mode: TableStreaming, Reason: "other", Floor: Version{Seq: 4}}, true},
+		{TableState{Table: id, Mode: TableStreaming, Reason: "other", Floor: Version{Seq: 4}}, false},
+	} {
+		if got := s.put(tc.st); got != tc.changed {
+			t.Fatalf("put %d (%+v): changed %v, want %v", i, tc.st, got, tc.changed)
+		}
+		if got, ok := s.get(id); !ok || got != tc.st {
+			t.Fatalf("put %d: get returned %+v, %v", i, got, ok)
+		}
+	}
+	s.forget(id)
+	if _, ok := s.get(id); ok {
+		t.Fatal("forget kept the table")
+	}
+	if !s.put(TableState{Table: id, Mode: TableStreaming, Reason: "other", Floor: Version{Seq: 4}}) {
+		t.Fatal("a forgotten table is not new again")
+	}
+}
+
+// TestTableSetFilter: changes of a quarantined or snapshotting table and
+// changes older than a streaming table's floor are removed and counted;
+// changes of streaming tables from the floor on and of unknown tables are
+// kept, in order.
+func TestTableSetFilter(t *testing.T) {
+	tbl := func(name string) *Table { return &Table{ID: TableID{Database: "d", Name: name}} }
+	a, q, sn, u := tbl("a"), tbl("q"), tbl("s"), tbl("unknown")
+	var s tableSet
+	s.put(TableState{Table: a.ID, Mode: TableStreaming, Floor: Version{Seq: 5, Index: 2}})
+	s.put(TableState{Table: q.ID, Mode: TableQuarantined})
+	s.put(TableState{Table: sn.ID, Mode: TableSnapshotting})
+	b := &Batch{Changes: []Change{
+		{Table: a, Version: Version{Seq: 5, Index: 1}}, // older than the floor
+		{Table: q, Version: Version{Seq: 9}},
+		{Table: a, Version: Version{Seq: 5, Index: 2}}, // at the floor
+		{Table: u, Version: Version{Seq: 1}},
+		{Table: sn, Version: Version{Seq: 9}},
+		{Table: a, Version: Version{Seq: 6}},
+	}}
+	if !s.hasUnknown(b) {
+		t.Fatal("hasUnknown missed the unknown table")
+	}
+	s.filter(b)
+	var got []string
+	for _, c := range b.Changes {
+		got = append(got, c.Table.ID.Name+"@"+c.Version.String())
+	}
+	want := []string{"a@" + (Version{Seq: 5, Index: 2}).String(), "unknown@" + (Version{Seq: 1}).String(), "a@" + (Version{Seq: 6}).String()}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Fatalf("kept %v, want %v", got, want)
+	}
+	if n := s.skippedChanges(); n != 3 {
+		t.Fatalf("skipped %d, want 3", n)
+	}
+	s.put(TableState{Table: u.ID, Mode: TableStreaming})
+	if s.hasUnknown(b) {
+		t.Fatal("hasUnknown after every table is known")
+	}
+	list := s.list()
+	if len(list) != 4 || list[0].Table != a.ID || list[1].Table != q.ID || list[2].Table != sn.ID || list[3].Table != u.ID {
+		t.Fatalf("list not sorted by name: %+v", list)
+	}
+	s.reset()
+	if len(s.list()) != 0 {
+		t.Fatal("reset kept tables")
+	}
+}
