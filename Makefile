@@ -1,6 +1,7 @@
 # tidemark — see README.md.
 #   make demo    start local MariaDB + PostgreSQL and run the end-to-end demo
-#   make test    start local MariaDB + PostgreSQL + Kafka, then gofmt check, go vet, go test -race
+#   make test    start local MariaDB + PostgreSQL + Kafka, then gofmt check, go mod tidy check,
+#                go vet, go test -race
 #                (packages one at a time: -p 1, since tests share one MariaDB and some purge its binlogs)
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -10,7 +11,7 @@ SERVICES := scripts/services.sh
 # Exports TIDEMARK_TEST_* for the running local services; use on the same recipe line.
 WITH_ENV := eval "$$($(SERVICES) env)"
 
-.PHONY: build services test test-reliability test-long fmt-check vet demo bench bench-fallback bench-peers down status clean
+.PHONY: build services test test-reliability test-long fmt-check tidy-check vet demo bench bench-fallback bench-peers down status clean
 
 build:
 	go build -ldflags "-X main.version=$$(git describe --tags --always --dirty 2>/dev/null || echo dev) -X main.commit=$$(git rev-parse HEAD 2>/dev/null)" -o bin/tidemark ./cmd/tidemark
@@ -22,11 +23,16 @@ fmt-check:
 	@unformatted="$$(find . \( -name .git -o -name .data -o -name bin -o -name testdata \) -prune -o -name '*.go' -print | xargs -r gofmt -l)"; \
 	if [[ -n "$$unformatted" ]]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
 
+# go.mod and go.sum must be what `go mod tidy` makes of them (prints the difference otherwise).
+tidy-check:
+	go mod tidy -diff
+
 vet:
 	go vet ./...
 
-# Prerequisites run left to right: services up, gofmt check, go vet; then the tests.
-test: services fmt-check vet
+# Prerequisites run left to right: services up, gofmt check, go mod tidy check, go vet; then
+# the tests.
+test: services fmt-check tidy-check vet
 	$(WITH_ENV) && go test -race -count=1 -p 1 -timeout 40m ./...
 
 # The reliability suite alone (quick profiles, the same as in `make test`), verbose, with

@@ -13,7 +13,11 @@ import (
 // GTID is the server's GTID set after the last applied transaction (MariaDB
 // "0-1001-42,1-1002-7"; MySQL "uuid:1-42"). File and Offset are the binlog
 // file and the offset just after that transaction's commit event. Either part
-// may be empty; GTID is preferred for resuming when both are set.
+// may be empty. Which part a resume uses depends on the flavor (binlog.Tailer):
+// MariaDB resumes by GTID when the position has one (by file and offset
+// otherwise, recovering the GTID position there with BINLOG_GTID_POS); MySQL
+// resumes by GTID set when the server runs with gtid_mode=ON and the
+// position has one, by file and offset otherwise.
 //
 // Source is the identity of the server the position was read from and Epoch
 // the version epoch it belongs to (see SourceIdentity and EpochShift): both
