@@ -43,6 +43,7 @@ import (
 	"tidemark/binlog"
 	"tidemark/dedupe"
 	"tidemark/integration/harness"
+	"tidemark/internal/workload"
 )
 
 const (
@@ -153,16 +154,11 @@ func connect(ctx context.Context) (*services, error) {
 	if err != nil {
 		return nil, err
 	}
-	my, err := env.MySQL()
+	lab, err := workload.OpenLab(ctx, env)
 	if err != nil {
 		return nil, err
 	}
-	pg, err := env.PG(ctx)
-	if err != nil {
-		my.Close()
-		return nil, err
-	}
-	return &services{env: env, my: my, pg: pg}, nil
+	return &services{env: env, my: lab.Source(), pg: lab.Target()}, nil
 }
 
 func (s *services) close(ctx context.Context) {

@@ -9,12 +9,13 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 
 	"tidemark"
 	"tidemark/binlog"
-	"tidemark/integration/harness"
+	"tidemark/internal/workload"
+	"tidemark/sink/postgres"
+	"tidemark/verify"
 )
 
 // cmdDemo replicates a demo workload on the local services (scripts/
@@ -47,34 +48,26 @@ const (
 )
 
 func demo(ctx context.Context, steps int, log *slog.Logger, out io.Writer) error {
-	env, err := harness.EnvFromOS()
+	env, err := workload.EnvFromOS()
 	if err != nil {
 		return err
 	}
-	my, err := env.MySQL()
+	lab, err := workload.OpenLab(ctx, env)
 	if err != nil {
 		return err
 	}
-	defer my.Close()
-	pg, err := env.PG(ctx)
-	if err != nil {
-		return err
-	}
-	defer pg.Close(ctx)
+	defer lab.Close(ctx)
 
 	fmt.Fprintf(out, "tidemark demo: MariaDB %s → PostgreSQL, source zone %s\n\n", env.MySQLAddr, demoZone)
 	// A clean slate: the demo's target schema and checkpoint.
-	if _, err := pg.Exec(ctx, "DROP SCHEMA IF EXISTS "+demoDB+" CASCADE"); err != nil {
-		return fmt.Errorf("drop demo schema: %w", err)
+	if err := lab.ResetTarget(ctx, demoDB, "tidemark", demoSource); err != nil {
+		return err
 	}
-	if _, err := pg.Exec(ctx, "DO $$BEGIN IF to_regclass('tidemark.checkpoints') IS NOT NULL THEN DELETE FROM tidemark.checkpoints WHERE source = '"+demoSource+"'; END IF; END$$"); err != nil {
-		return fmt.Errorf("reset demo checkpoint: %w", err)
-	}
-	start, err := harness.SourcePosition(my)
+	start, err := lab.Position()
 	if err != nil {
 		return err
 	}
-	w := &harness.Workload{My: my, Database: demoDB, Zone: demoZone, Rand: rand.New(rand.NewPCG(42, 7))}
+	w := lab.Workload(demoDB, demoZone, rand.New(rand.NewPCG(42, 7)))
 	if err := w.Setup(); err != nil {
 		return err
 	}
@@ -156,7 +149,7 @@ func demo(ctx context.Context, steps int, log *slog.Logger, out io.Writer) error
 	defer stop()
 	done := make(chan error, 1)
 	go func() { done <- d.pipeline.Run(runCtx, d.start) }()
-	target, err := harness.SourcePosition(my)
+	target, err := lab.Position()
 	if err != nil {
 		return err
 	}
@@ -180,7 +173,7 @@ func demo(ctx context.Context, steps int, log *slog.Logger, out io.Writer) error
 	if err := w.Run(steps / 3); err != nil {
 		return err
 	}
-	target, err = harness.SourcePosition(my)
+	target, err = lab.Position()
 	if err != nil {
 		return err
 	}
@@ -196,36 +189,33 @@ func demo(ctx context.Context, steps int, log *slog.Logger, out io.Writer) error
 	fmt.Fprintf(out, "applied by streaming: inserted %d, updated %d, deleted %d, skipped by version guard %d, coalesced in batch %d\n\n",
 		total.Inserted, total.Updated, total.Deleted, total.Skipped, total.Coalesced)
 
-	diff, err := harness.Compare(ctx, my, pg, harness.TableSpec{Database: demoDB, Table: "orders", SourceZone: demoZone})
+	// Verification: what `tidemark verify` does, on the demo's table —
+	// checksums of chunks of rows computed inside each database, the rows
+	// of a chunk that differs compared one by one, the business keys
+	// checked for duplicates, and COUNT(*) and SUM(amount) per UTC day of
+	// updated_at.
+	table := tidemark.TableID{Database: demoDB, Name: "orders"}
+	vc := VerifyConfig{Tables: map[string]VerifyTableConfig{table.String(): {EventTime: "updated_at", Sums: []string{"amount"}}}}
+	rep, err := verify.Tables(ctx, src, postgres.NewVerifier(d.sink), verifyOptions(bc, "", vc, []tidemark.TableID{table}, 0, log, nil))
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "table\tsource rows\ttarget rows\tmissing\textra\tchanged\tdup keys\tsource SUM(amount)\ttarget SUM(amount)\tsource checksum\ttarget checksum")
-	fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", diff.Table, diff.SourceRows, diff.TargetRows, diff.Missing, diff.Extra,
-		diff.Changed, diff.DuplicateKeys, diff.SourceSum, diff.TargetSum, diff.SourceChecksum, diff.TargetChecksum)
-	tw.Flush()
+	fmt.Fprintln(out, "verification (as `tidemark verify` does it: checksums per chunk inside each database, duplicate keys, COUNT(*) and SUM(amount) per UTC day):")
+	printVerify(out, rep)
 
-	var srcWall string
-	r, err := my.Execute("SELECT CAST(updated_at AS CHAR) FROM " + demoDB + ".orders WHERE order_id = 0 AND line_item_id = 1")
-	if err == nil && r.RowNumber() == 1 {
-		srcWall, _ = r.GetString(0, 0)
+	srcWall, tgt, err := lab.Incident(ctx, demoDB, demoDB)
+	if err != nil {
+		return err
 	}
-	var tgt time.Time
-	if err := pg.QueryRow(ctx, "SELECT updated_at FROM "+demoDB+".orders WHERE order_id = 0 AND line_item_id = 1").Scan(&tgt); err != nil {
-		return fmt.Errorf("read the IST row from the target: %w", err)
-	}
-	fmt.Fprintf(out, "\nthe IST case: source DATETIME updated_at = '%s' (written in %s) → target timestamptz = %s\n", srcWall, demoZone, tgt.UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(out, "\nthe IST case: source DATETIME updated_at = '%s' (written in %s) → target timestamptz = %s\n", srcWall, demoZone, tgt.Format(time.RFC3339Nano))
 	if want := time.Date(2026, 3, 10, 18, 28, 0, 0, time.UTC); !tgt.Equal(want) {
-		return fmt.Errorf("the IST row arrived as %s, want %s", tgt.UTC(), want)
+		return fmt.Errorf("the IST row arrived as %s, want %s", tgt, want)
 	}
-	for _, e := range diff.Examples {
-		fmt.Fprintln(out, "  ", e)
+	if rep.ExitCode() != verify.ExitEqual {
+		return fmt.Errorf("target differs from source: %s", rep.Run().Summary)
 	}
-	if !diff.Equal() {
-		return fmt.Errorf("target differs from source: %s", diff)
-	}
-	fmt.Fprintln(out, "\nverification: EQUAL — same keys, same values (row-level checksum), no duplicate business keys")
+	t := rep.Tables[0]
+	fmt.Fprintf(out, "\nverification: EQUAL — %d rows on both sides, same keys, same values (row-level checksum), no duplicate business keys, same COUNT(*) and SUM(amount) on each of %d UTC days\n", t.SourceRows, t.Days)
 	return nil
 }
 
