@@ -68,4 +68,14 @@ type StreamTarget interface {
 	// order. A TRUNCATE the target's configuration refuses is a
 	// *TableError wrapping ErrDDLRefused.
 	TruncateBefore(ctx context.Context, table TableID, v Version, commit time.Time) error
+	// DropBefore applies a source DROP TABLE of table at version v as one
+	// partition's applier sees it: it removes every target row with an
+	// older version, then drops the target table if no row is left (rows
+	// of a table created again under the same name after the DROP are
+	// newer and keep it). Like TruncateBefore it is idempotent and may run
+	// once per partition, in any order; a lagging partition that writes
+	// older rows after the first run recreates the table until it reaches
+	// its own control record. A DROP the target's configuration refuses
+	// is a *TableError wrapping ErrDDLRefused.
+	DropBefore(ctx context.Context, table TableID, v Version) error
 }

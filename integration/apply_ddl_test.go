@@ -18,38 +18,8 @@ import (
 // beside the tailer neither fence it nor run what the topology cannot
 // carry (catchup, resync).
 func TestApplyFollowsSchemaAndTruncate(t *testing.T) {
-	f := newFixture(t)
-	r, _ := f.newApplyRun(t, "it_applyddl_", 97, 4, 50)
-	ps := &procSet{f: f, t: t}
+	f, r, ps, converge := startDDLTopology(t, "it_applyddl_", 97, "")
 	defer ps.killAll()
-	for _, args := range [][]string{{"run", "--config", r.cfg}, {"apply", "--config", r.cfg}, {"apply", "--config", r.cfg}} {
-		ps.start(args...)
-	}
-	procs := ps.procs
-	spec := harness.TableSpec{Database: r.db, Table: "orders", SourceZone: "UTC"}
-	converge := func(step string) {
-		t.Helper()
-		var diff *harness.Diff
-		if !waitFor(120*time.Second, func() bool {
-			d, err := harness.Compare(f.ctx, f.my, f.pg, spec)
-			if err != nil {
-				return false
-			}
-			diff = d
-			return d.Equal()
-		}) {
-			msg := ""
-			for i, d := range procs {
-				msg += fmt.Sprintf("\nprocess %d:\n%s", i, tail(d.stderr.String(), 12))
-			}
-			t.Fatalf("%s: target did not converge: %v%s", step, diff, msg)
-		}
-		for i, d := range procs {
-			if d.exited() {
-				t.Fatalf("%s: process %d exited:\n%s", step, i, tail(d.stderr.String(), 20))
-			}
-		}
-	}
 	if err := r.w.Run(60); err != nil {
 		t.Fatal(err)
 	}
@@ -82,11 +52,108 @@ func TestApplyFollowsSchemaAndTruncate(t *testing.T) {
 		t.Fatal(err)
 	}
 	converge("after the ALTER")
-	truncated := 0
-	for _, d := range procs[1:] {
-		truncated += strings.Count(d.stderr.String(), "truncated target rows older than a source TRUNCATE")
-	}
-	if truncated != 4 {
+	if truncated := ps.count(1, "truncated target rows older than a source TRUNCATE"); truncated != 4 {
 		t.Errorf("the appliers ran the TRUNCATE %d times, want once per partition (4)", truncated)
 	}
+}
+
+// TestApplyFollowsDropTable runs the scale-out topology (tailer and two
+// appliers, 4 partitions) with ddl.drop_table: apply through a DROP TABLE
+// and the table created again under the same name: every partition's
+// applier runs the DROP once, after the rows before it; the target table
+// is gone until the new table's rows arrive, announced by their schema
+// record again; the target then equals the source row by row.
+func TestApplyFollowsDropTable(t *testing.T) {
+	f, r, ps, converge := startDDLTopology(t, "it_applydrop_", 98, "    ddl: {drop_table: apply}\n")
+	defer ps.killAll()
+	if err := r.w.Run(60); err != nil {
+		t.Fatal(err)
+	}
+	converge("before the DROP")
+	if err := harness.Exec(f.my, "DROP TABLE "+r.db+".orders"); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(120*time.Second, func() bool {
+		var gone bool
+		err := f.pg.QueryRow(f.ctx, "SELECT to_regclass($1) IS NULL", `"`+r.db+`".orders`).Scan(&gone)
+		return err == nil && gone
+	}) {
+		t.Fatalf("the target table is still there after the source DROP TABLE:\n%s\n%s", tail(ps.procs[1].stderr.String(), 12), tail(ps.procs[2].stderr.String(), 12))
+	}
+	ps.alive("after the DROP")
+	if err := harness.Exec(f.my, "USE "+r.db, harness.OrdersDDL); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.w.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.w.Run(60); err != nil {
+		t.Fatal(err)
+	}
+	converge("after the table was created again")
+	if dropped := ps.count(1, "dropped target rows older than a source DROP TABLE"); dropped != 4 {
+		t.Errorf("the appliers ran the DROP %d times, want once per partition (4)", dropped)
+	}
+}
+
+// converge waits up to 120 s until the target equals the source, then
+// checks that every process still runs; it fails the test otherwise,
+// showing each process's last lines.
+func (p *procSet) converge(spec harness.TableSpec, step string) {
+	p.t.Helper()
+	var diff *harness.Diff
+	if !waitFor(120*time.Second, func() bool {
+		d, err := harness.Compare(p.f.ctx, p.f.my, p.f.pg, spec)
+		if err != nil {
+			return false
+		}
+		diff = d
+		return d.Equal()
+	}) {
+		msg := ""
+		for i, d := range p.procs {
+			msg += fmt.Sprintf("\nprocess %d:\n%s", i, tail(d.stderr.String(), 12))
+		}
+		p.t.Fatalf("%s: target did not converge: %v%s", step, diff, msg)
+	}
+	p.alive(step)
+}
+
+// alive fails the test if a process exited.
+func (p *procSet) alive(step string) {
+	p.t.Helper()
+	for i, d := range p.procs {
+		if d.exited() {
+			p.t.Fatalf("%s: process %d exited:\n%s", step, i, tail(d.stderr.String(), 20))
+		}
+	}
+}
+
+// startDDLTopology starts a tailer and two appliers of a workload's
+// database into topics of 4 partitions, with pg (lines of
+// target.postgres) added to the config. converge waits until the target
+// equals the source, all processes still running.
+func startDDLTopology(t *testing.T, tag string, seed uint64, pg string) (*fixture, *kafkaRun, *procSet, func(step string)) {
+	t.Helper()
+	f := newFixture(t)
+	r, _ := f.newApplyRun(t, tag, seed, 4, 50)
+	if pg != "" {
+		setYAML(t, r.cfg, "    schema: "+r.db+"\n", "    schema: "+r.db+"\n"+pg)
+	}
+	ps := &procSet{f: f, t: t}
+	for _, args := range [][]string{{"run", "--config", r.cfg}, {"apply", "--config", r.cfg}, {"apply", "--config", r.cfg}} {
+		ps.start(args...)
+	}
+	spec := harness.TableSpec{Database: r.db, Table: "orders", SourceZone: "UTC"}
+	return f, r, ps, func(step string) { t.Helper(); ps.converge(spec, step) }
+}
+
+// count counts the log lines containing what of the processes from the
+// from-th on.
+func (p *procSet) count(from int, what string) int {
+	n := 0
+	for _, d := range p.procs[from:] {
+		n += strings.Count(d.stderr.String(), what)
+	}
+	return n
 }

@@ -321,7 +321,7 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 		}
 		if lock != nil {
 			ks, _ := target.(*kafka.Sink)
-			target = tailerTarget{Sink: target, kafka: ks, lock: lock}
+			target = tailerTarget{Sink: target, kafka: ks, lock: lock, dropTable: cfg.Target.Postgres.DDL.DropTable == postgres.ApplyDDL}
 		}
 	default:
 		if target, err = withKafka(ctx, sink, cfg.Target.Kafka, bc.Name, log.With("component", "kafka")); err != nil {
@@ -435,18 +435,25 @@ type tailerTarget struct {
 	tidemark.Sink
 	kafka *kafka.Sink
 	lock  *postgres.Sink
+	// dropTable is target.postgres.ddl.drop_table: apply.
+	dropTable bool
 }
 
-// ApplyDDL implements tidemark.DDLSink for the appliers: a TRUNCATE is
-// published as a control record on every partition of the table's topic
-// (each applier removes the rows older than it); an ALTER TABLE travels as
-// the schema record of the next row. A DROP TABLE is not carried to the
-// appliers: the table is quarantined (its target rows are kept), as
-// ddl.drop_table: refuse does without the topology.
+// ApplyDDL implements tidemark.DDLSink for the appliers: a TRUNCATE, and a
+// DROP TABLE when ddl.drop_table is apply, is published as a control record
+// on every partition of the table's topic (each applier removes the rows
+// older than it; for a DROP, the target table once none is left); an ALTER
+// TABLE travels as the schema record of the next row. With ddl.drop_table:
+// refuse (the default) a DROP TABLE quarantines the table in the tailer and
+// the appliers keep its target rows, as without the topology.
 func (t tailerTarget) ApplyDDL(ctx context.Context, source string, events []tidemark.DDLEvent, checkpoint tidemark.Position) error {
 	for _, ev := range events {
-		if ev.Op == tidemark.DDLDropTable {
-			return &tidemark.TableError{Table: ev.Table, Err: fmt.Errorf("DROP TABLE is not carried to the appliers of the scale-out topology; the target table is kept as it was: %w", tidemark.ErrDDLRefused)}
+		if ev.Op == tidemark.DDLDropTable && !t.dropTable {
+			stmt := "DROP TABLE"
+			if ev.Reason != "" {
+				stmt += " (" + ev.Reason + ")"
+			}
+			return &tidemark.TableError{Table: ev.Table, Err: fmt.Errorf("%s refused by the configuration (ddl.drop_table: refuse); not published to the appliers, which keep the target table as it was: %w", stmt, tidemark.ErrDDLRefused)}
 		}
 	}
 	if t.kafka == nil {

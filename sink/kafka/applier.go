@@ -398,8 +398,8 @@ func (a *Applier) apply(ctx context.Context, recs []*kgo.Record) error {
 		}
 		where := recordPlace{r} // formatted only in an error
 		if ctl, ok := recordHeader(r, controlHeader); ok {
-			if string(ctl) == string(controlTruncate) {
-				tr, err := parseTruncate(r.Value)
+			if kind := string(ctl); kind == string(controlTruncate) || kind == string(controlDrop) {
+				tc, err := parseTableControl(kind, r.Value)
 				if err != nil {
 					return fmt.Errorf("apply %s: %w", where, err)
 				}
@@ -407,9 +407,21 @@ func (a *Applier) apply(ctx context.Context, recs []*kgo.Record) error {
 				if err := flush(); err != nil {
 					return err
 				}
-				id := tidemark.TableID{Database: tr.Database, Name: tr.Table}
-				if err := a.target.TruncateBefore(ctx, id, tidemark.Version{Seq: tr.Seq, Index: tr.Index}, time.Time{}); err != nil {
-					return fmt.Errorf("apply %s: TRUNCATE of %s: %w", where, id, err)
+				id := tidemark.TableID{Database: tc.Database, Name: tc.Table}
+				v := tidemark.Version{Seq: tc.Seq, Index: tc.Index}
+				if kind == string(controlTruncate) {
+					if err := a.target.TruncateBefore(ctx, id, v, time.Time{}); err != nil {
+						return fmt.Errorf("apply %s: TRUNCATE of %s: %w", where, id, err)
+					}
+				} else {
+					if err := a.target.DropBefore(ctx, id, v); err != nil {
+						return fmt.Errorf("apply %s: DROP TABLE of %s: %w", where, id, err)
+					}
+					if st.schema != nil && st.schema.table.ID == id {
+						// The layout is gone: the table's next row on
+						// this partition needs a schema record again.
+						st.schema, st.json = nil, ""
+					}
 				}
 				st.next = r.Offset + 1
 				touched[tp] = st

@@ -38,6 +38,7 @@ const controlHeader = "tm_control"
 var (
 	controlSchema   = []byte("schema")
 	controlTruncate = []byte("truncate")
+	controlDrop     = []byte("drop")
 )
 
 // A source TRUNCATE (PublishDDL) is a control record on every partition of
@@ -48,25 +49,38 @@ var (
 // An applier removes the target rows older than (seq, index) when it reads
 // it (tidemark.StreamTarget.TruncateBefore): each partition's applier may
 // run it, in any order, and the table converges.
-type truncateRecord struct {
+//
+// A source DROP TABLE (PublishDDL, with the drop applied by the tailer's
+// configuration) is a control record of the same shape with
+// tm_control=drop, and the reason when the table was renamed away or
+// replaced:
+//
+//	{"control":"drop","source":"shop","database":"shop","table":"orders","seq":4712,"index":0,"reason":"renamed to shop.old_orders"}
+//
+// An applier removes the target rows older than (seq, index) and drops the
+// target table when none is left (tidemark.StreamTarget.DropBefore); the
+// partition then needs a schema record again before any row of the table
+// (the sink announces it again after a drop).
+type tableControl struct {
 	Control  string `json:"control"`
 	Source   string `json:"source"`
 	Database string `json:"database"`
 	Table    string `json:"table"`
 	Seq      uint64 `json:"seq"`
 	Index    uint32 `json:"index"`
+	Reason   string `json:"reason,omitempty"`
 }
 
-// parseTruncate decodes a truncate control record's value.
-func parseTruncate(value []byte) (truncateRecord, error) {
-	var rec truncateRecord
+// parseTableControl decodes a truncate or drop control record's value.
+func parseTableControl(kind string, value []byte) (tableControl, error) {
+	var rec tableControl
 	dec := json.NewDecoder(bytes.NewReader(value))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&rec); err != nil {
-		return rec, fmt.Errorf("decode truncate record: %w", err)
+		return rec, fmt.Errorf("decode %s record: %w", kind, err)
 	}
-	if rec.Control != "truncate" || !tidemark.ValidIdentifier(rec.Database) || !tidemark.ValidIdentifier(rec.Table) {
-		return rec, fmt.Errorf("decode truncate record: not a truncate of a valid table name")
+	if rec.Control != kind || !tidemark.ValidIdentifier(rec.Database) || !tidemark.ValidIdentifier(rec.Table) {
+		return rec, fmt.Errorf("decode %s record: not a %s of a valid table name", kind, kind)
 	}
 	return rec, nil
 }
@@ -337,13 +351,16 @@ func parseDuration(s string) (time.Duration, error) {
 
 // PublishDDL carries a source's schema changes to the appliers of the
 // scale-out topology (ControlRecords is required): each TRUNCATE becomes a
-// truncate control record on every partition of the table's topic, and the
-// records commit with checkpoint (when not zero) like a batch, in one
-// transaction with ExactlyOnce. Other operations publish nothing: an ALTER
-// TABLE reaches the appliers as the schema record before the first row
-// written with the new schema; the caller decides about DROP TABLE. A
-// replayed TRUNCATE is published again, which is harmless (TruncateBefore
-// is idempotent).
+// truncate control record and each DROP TABLE a drop control record on
+// every partition of the table's topic, and the records commit with
+// checkpoint (when not zero) like a batch, in one transaction with
+// ExactlyOnce. Other operations publish nothing: an ALTER TABLE reaches the
+// appliers as the schema record before the first row written with the new
+// schema. The caller decides whether a DROP TABLE is applied (a refused one
+// must not reach PublishDDL). After a drop, the next row of the table (a
+// table created again under the name) is preceded by its schema record
+// again. A replayed TRUNCATE or DROP is published again, which is harmless
+// (TruncateBefore and DropBefore are idempotent).
 func (s *Sink) PublishDDL(ctx context.Context, source string, events []tidemark.DDLEvent, checkpoint tidemark.Position) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -361,18 +378,27 @@ func (s *Sink) PublishDDL(ctx context.Context, source string, events []tidemark.
 		return err
 	}
 	enc := &encodedBatch{}
+	var dropped []tidemark.TableID
 	for _, ev := range events {
-		if ev.Op != tidemark.DDLTruncate {
+		var kind []byte
+		rec := tableControl{Source: source, Database: ev.Table.Database, Table: ev.Table.Name, Seq: ev.Version.Seq, Index: ev.Version.Index}
+		switch ev.Op {
+		case tidemark.DDLTruncate:
+			kind = controlTruncate
+		case tidemark.DDLDropTable:
+			kind, rec.Reason = controlDrop, ev.Reason
+			dropped = append(dropped, ev.Table)
+		default:
 			continue
 		}
+		rec.Control = string(kind)
 		topic, err := s.topicFor(ctx, source, ev.Table)
 		if err != nil {
 			return err
 		}
-		value, _ := json.Marshal(truncateRecord{Control: "truncate", Source: source, Database: ev.Table.Database, Table: ev.Table.Name,
-			Seq: ev.Version.Seq, Index: ev.Version.Index})
+		value, _ := json.Marshal(rec) // strings and integers only: cannot fail
 		for p := int32(0); p < s.partitions[topic]; p++ {
-			enc.recs = append(enc.recs, recSpec{topic: topic, control: controlTruncate, partition: p, schema: value})
+			enc.recs = append(enc.recs, recSpec{topic: topic, control: kind, partition: p, schema: value})
 		}
 	}
 	if len(enc.recs) == 0 && checkpoint.IsZero() {
@@ -386,6 +412,16 @@ func (s *Sink) PublishDDL(ctx context.Context, source string, events []tidemark.
 	}
 	if err != nil && s.fenced != nil {
 		return s.fenced
+	}
+	if err == nil {
+		// Appliers forget a dropped table's schema: announce it again.
+		for _, id := range dropped {
+			for k, c := range s.codecs {
+				if k.source == source && k.id == id {
+					c.announced = false
+				}
+			}
+		}
 	}
 	return err
 }

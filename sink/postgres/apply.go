@@ -46,7 +46,26 @@ import (
 //
 // Bad input (an unknown op, a missing image, a value of the wrong Go type, a
 // NULL key) is an error naming the table and column before anything is sent.
+//
+// A batch of an applier (with Offsets) whose target table another
+// applier dropped meanwhile (a source DROP TABLE that its partition reached
+// first, tidemark.StreamTarget.DropBefore) is applied once more: the table
+// is created again for its older rows, which the lagging partition's own
+// DROP control record removes later. Without Offsets a table dropped behind
+// the sink's back stays an error.
 func (s *Sink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStats, error) {
+	var missing bool
+	st, err := s.apply(ctx, b, &missing)
+	if missing && len(b.Offsets) > 0 {
+		s.log.Info("a target table of the batch was dropped by another applier (a source DROP TABLE); applying the batch again", "source", b.Source)
+		st, err = s.apply(ctx, b, &missing)
+	}
+	return st, err
+}
+
+// apply is Apply once; *missing is set when it failed because a target
+// table or column was missing (its "ensured" mark is dropped).
+func (s *Sink) apply(ctx context.Context, b *tidemark.Batch, missing *bool) (tidemark.ApplyStats, error) {
 	start := time.Now()
 	what := fmt.Sprintf("apply batch of source %q", b.Source)
 	p, err := s.plan(b)
@@ -84,7 +103,7 @@ func (s *Sink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStat
 		return nil
 	})
 	if err != nil {
-		s.forgetOnMissing(err, p)
+		*missing = s.forgetOnMissing(err, p)
 		if cerr := applyConstraintFailed(err, p); cerr != nil {
 			return tidemark.ApplyStats{}, redact(cerr, s.secret)
 		}
@@ -100,16 +119,17 @@ func (s *Sink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStat
 // forgetOnMissing drops the "ensured" mark of the batch's tables when the
 // error says a table or column is missing (dropped behind the sink's back),
 // so that the next Apply checks them again and reports clearly.
-func (s *Sink) forgetOnMissing(err error, p *batchPlan) {
+func (s *Sink) forgetOnMissing(err error, p *batchPlan) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || (pgErr.Code != "42P01" && pgErr.Code != "42703") {
-		return
+		return false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, g := range p.groups {
 		delete(s.ensured, g.key)
 	}
+	return true
 }
 
 // batchPlan is a batch coalesced, validated and converted: the staging rows

@@ -1056,3 +1056,67 @@ func (s *Sink) TruncateBefore(ctx context.Context, table tidemark.TableID, v tid
 	s.log.Info("truncated target rows older than a source TRUNCATE", "table", qname, "version", v.String())
 	return nil
 }
+
+// DropBefore implements tidemark.StreamTarget: a source DROP TABLE at
+// version v as an applier of one partition sees it. Under the DDL lock and
+// an exclusive lock of the target table, every row older than v is removed
+// (in soft-delete mode too: the direct path drops the whole table), and the
+// table is dropped when no row is left. Rows of a table created again
+// under the same name after the DROP are newer and keep it. Each
+// partition's applier runs it when it reaches the DROP's control record;
+// it is idempotent, so the table converges whatever the order.
+// ddl.drop_table: refuse refuses it like ApplyDDL (a *tidemark.TableError),
+// unless there is no target table to keep.
+func (s *Sink) DropBefore(ctx context.Context, table tidemark.TableID, v tidemark.Version) error {
+	_, _, qname, err := s.targetOf(table)
+	if err != nil {
+		return &tidemark.TableError{Table: table, Err: err}
+	}
+	var removed int64
+	var dropped, exists bool
+	err = s.retry(ctx, "drop "+qname+" before version "+v.String(), func(ctx context.Context) error {
+		removed, dropped, exists = 0, false, false
+		return redact(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", ddlLockKey); err != nil {
+				return err
+			}
+			if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", qname).Scan(&exists); err != nil {
+				return fmt.Errorf("look up %s: %w", qname, err)
+			}
+			if !exists || s.cfg.Schema.DropTable != ApplyDDL {
+				return nil
+			}
+			if _, err := tx.Exec(ctx, "LOCK TABLE "+qname+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+				return fmt.Errorf("lock %s: %w", qname, err)
+			}
+			tag, err := tx.Exec(ctx, "DELETE FROM "+qname+" WHERE ("+colSeq+", "+colIdx+") < ($1, $2)", int64(v.Seq), int64(v.Index))
+			if err != nil {
+				return fmt.Errorf("delete rows of %s: %w", qname, err)
+			}
+			removed = tag.RowsAffected()
+			var left bool
+			if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+qname+")").Scan(&left); err != nil {
+				return fmt.Errorf("count rows of %s: %w", qname, err)
+			}
+			if left {
+				return nil
+			}
+			if _, err := tx.Exec(ctx, "DROP TABLE "+qname); err != nil {
+				return fmt.Errorf("drop %s: %w", qname, err)
+			}
+			dropped = true
+			return nil
+		}), s.secret)
+	})
+	if err != nil {
+		return fmt.Errorf("drop %s before version %s: %w", qname, v, err)
+	}
+	if exists && s.cfg.Schema.DropTable != ApplyDDL {
+		return &tidemark.TableError{Table: table, Err: fmt.Errorf("DROP TABLE refused by the configuration (ddl.drop_table: refuse); the target table %s is kept as it was: %w", qname, tidemark.ErrDDLRefused)}
+	}
+	if dropped {
+		s.forgetTable(table)
+	}
+	s.log.Info("dropped target rows older than a source DROP TABLE", "table", qname, "version", v.String(), "rows", removed, "table_dropped", dropped)
+	return nil
+}

@@ -1,0 +1,126 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"tidemark"
+)
+
+// offsetStore adds stream offsets (tidemark.OffsetStore) to the test's
+// checkpoint store, with the compare-and-set the real store does.
+type offsetStore struct{ *testStore }
+
+func (s offsetStore) off() string { return quoteIdent(s.schema) + ".offsets" }
+
+func (s offsetStore) Init(ctx context.Context, q tidemark.Querier) error {
+	if err := s.testStore.Init(ctx, q); err != nil {
+		return err
+	}
+	return q.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s.off()+` (grp text, topic text, part int, next bigint NOT NULL, schema text NOT NULL, PRIMARY KEY (grp, topic, part))`)
+}
+
+func (s offsetStore) LoadOffsets(ctx context.Context, q tidemark.Querier, group, topic string) ([]tidemark.StreamOffset, error) {
+	return nil, errors.New("not used by these tests")
+}
+
+func (s offsetStore) SaveOffset(ctx context.Context, q tidemark.Querier, o tidemark.StreamOffset) error {
+	var prev int64 = -1
+	err := q.QueryRow(ctx, `SELECT next FROM `+s.off()+` WHERE grp = $1 AND topic = $2 AND part = $3 FOR UPDATE`, o.Group, o.Topic, o.Partition).Scan(&prev)
+	if err != nil && !errors.Is(err, tidemark.ErrNoRows) {
+		return err
+	}
+	if prev != o.Prev {
+		return fmt.Errorf("save offset: stored %d, read %d: %w", prev, o.Prev, tidemark.ErrOffsetMoved)
+	}
+	return q.Exec(ctx, `INSERT INTO `+s.off()+` (grp, topic, part, next, schema) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (grp, topic, part) DO UPDATE SET next = EXCLUDED.next, schema = EXCLUDED.schema`, o.Group, o.Topic, o.Partition, o.Next, o.Schema)
+}
+
+func withOffsets(c *Config) { c.Checkpoints = offsetStore{c.Checkpoints.(*testStore)} }
+
+func dropTables(c *Config) { c.Schema.DropTable = ApplyDDL }
+
+// TestDropBefore applies a source DROP TABLE as the appliers of several
+// partitions do: rows older than the DROP go and the table is dropped once
+// none is left; a lagging partition's older rows bring the table back
+// until its own DROP record removes it again (in another process too,
+// whose sink still thinks the table exists); a table created again after
+// the DROP keeps its newer rows through a late DROP record;
+// ddl.drop_table: refuse refuses it while there is a table to keep.
+func TestDropBefore(t *testing.T) {
+	ctx := context.Background()
+	tbl := evoTable("t", tidemark.Column{Name: "id", Kind: tidemark.KindInt, Bits: 64}, tidemark.Column{Name: "a", Kind: tidemark.KindText, Nullable: true})
+	exists := func(e *env) bool {
+		var ok bool
+		if err := e.conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", e.table("t")).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	dropAt := v(10, 0)
+
+	e := newEnv(t, dropTables, withOffsets)
+	other := *e
+	other.sink = openSinkLike(t, e.sink.cfg) // a second applier process
+	e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(tbl, v(1, 1), int64(1), "one"), ins(tbl, v(2, 1), int64(2), "two")}})
+	other.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(tbl, v(3, 1), int64(3), "three")}})
+	if err := e.sink.DropBefore(ctx, tbl.ID, dropAt); err != nil {
+		t.Fatal(err)
+	}
+	if exists(e) {
+		t.Fatal("the table is still there after a DROP older than every row")
+	}
+	// A lagging partition in the other process writes an older row: the
+	// table comes back for it.
+	other.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(tbl, v(4, 1), int64(4), "four")},
+		Offsets: []tidemark.StreamOffset{{Group: "g", Topic: "x", Partition: 1, Next: 5, Prev: -1}}})
+	if got := e.rows(`SELECT id FROM ` + e.table("t")); strings.Join(got, ",") != "4" {
+		t.Fatalf("lagging partition's row: %v", got)
+	}
+	// Its DROP record removes it again.
+	if err := other.sink.DropBefore(ctx, tbl.ID, dropAt); err != nil {
+		t.Fatal(err)
+	}
+	if exists(e) {
+		t.Fatal("the table is still there after the lagging partition's DROP")
+	}
+	// The table is created again in the source; a late DROP record keeps
+	// its newer rows.
+	e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(tbl, v(11, 1), int64(5), "new")}})
+	for _, s := range []*Sink{e.sink, other.sink} {
+		if err := s.DropBefore(ctx, tbl.ID, dropAt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := e.rows(`SELECT id, a FROM ` + e.table("t")); strings.Join(got, ",") != "5|new" {
+		t.Fatalf("rows of the table created again: %v", got)
+	}
+
+	refusing := newEnv(t)
+	if err := refusing.sink.DropBefore(ctx, tbl.ID, dropAt); err != nil {
+		t.Fatalf("DROP of a table that never reached the target: %v", err)
+	}
+	refusing.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(tbl, v(1, 1), int64(1), "one")}})
+	err := refusing.sink.DropBefore(ctx, tbl.ID, dropAt)
+	var te *tidemark.TableError
+	if !errors.Is(err, tidemark.ErrDDLRefused) || !errors.As(err, &te) || te.Table != tbl.ID {
+		t.Fatalf("DROP with ddl.drop_table: refuse: %v", err)
+	}
+	if got := refusing.rows(`SELECT id FROM ` + refusing.table("t")); strings.Join(got, ",") != "1" {
+		t.Fatalf("refused DROP changed the rows: %v", got)
+	}
+}
+
+func openSinkLike(t *testing.T, cfg Config) *Sink {
+	t.Helper()
+	s, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
