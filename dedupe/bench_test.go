@@ -40,22 +40,6 @@ func benchFilter(b *testing.B, stream []tidemark.Change) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*1000), "ns/change")
 }
 
-func BenchmarkCoalesce(b *testing.B) {
-	stream := benchStream(1000, 100) // hot keys: ten changes per key
-	w, err := New(Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	batch := make([]tidemark.Change, 0, len(stream))
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		batch = append(batch[:0], stream...)
-		w.Coalesce(batch, false)
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(stream)), "ns/change")
-}
-
 // BenchmarkFilterDistinctKeys is a backlog of inserts of distinct keys, as
 // in `make bench`: past Config.MaxKeys every change evicts the oldest key.
 func BenchmarkFilterDistinctKeys(b *testing.B) {

@@ -16,10 +16,9 @@ type scenario struct {
 	shape      shape
 	cfg        Config
 	eventCol   bool // tabA's updated_at is the event-time column
-	coalesce   bool
-	tombstones bool // soft-delete target (and soft Coalesce) when true
+	tombstones bool // soft-delete target when true
 	reorder    bool // swap neighbours, also of one key (tombstones only)
-	failures   bool // some applies fail: Reset and replay the batch
+	failures   bool // some applies fail: a new Window replays the batch
 	clean      []tidemark.Change
 	dirty      []tidemark.Change
 	origin     []int // index in clean of each dirty change
@@ -162,7 +161,6 @@ func newScenario(seed uint64) *scenario {
 	s := &scenario{
 		seed:       seed,
 		eventCol:   r.IntN(2) == 0,
-		coalesce:   r.IntN(4) != 0,
 		tombstones: r.IntN(3) == 0,
 		reorder:    r.IntN(2) == 0,
 		failures:   r.IntN(4) == 0,
@@ -183,27 +181,29 @@ func newScenario(seed uint64) *scenario {
 }
 
 func (s *scenario) String() string {
-	return fmt.Sprintf("seed=%d shape=%+v delay=%s tolerance=%s maxKeys=%d eventCol=%t coalesce=%t tombstones=%t reorder=%t failures=%t clean=%d dirty=%d",
-		s.seed, s.shape, s.cfg.Delay, s.cfg.Tolerance, s.cfg.MaxKeys, s.eventCol, s.coalesce, s.tombstones, s.reorder, s.failures, len(s.clean), len(s.dirty))
+	return fmt.Sprintf("seed=%d shape=%+v delay=%s tolerance=%s maxKeys=%d eventCol=%t tombstones=%t reorder=%t failures=%t clean=%d dirty=%d",
+		s.seed, s.shape, s.cfg.Delay, s.cfg.Tolerance, s.cfg.MaxKeys, s.eventCol, s.tombstones, s.reorder, s.failures, len(s.clean), len(s.dirty))
 }
 
-// run pushes the dirty stream through dedupe (and Coalesce) in random batches
-// into a version-guarded model and returns it with the window and every
-// change that was passed on.
+// run pushes the dirty stream through dedupe in random batches into a
+// version-guarded model and returns it with the windows' counters (summed
+// over the windows a failed apply replaced) and every change that was passed
+// on.
 //
 // Without reordering it also checks the target whenever a batch ends where
 // the dirty stream has caught up with the furthest clean change delivered so
 // far (no replay in progress): the target must then equal the clean prefix,
 // not only at the end of the stream.
-func (s *scenario) run() (*model, *Window, []tidemark.Change, error) {
+func (s *scenario) run() (*model, Stats, []tidemark.Change, error) {
 	r := rand.New(rand.NewPCG(s.seed, 42))
 	var now time.Time
 	cfg := s.cfg
 	cfg.Now = func() time.Time { return now }
 	w, err := New(cfg)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, Stats{}, nil, err
 	}
+	var replaced Stats // counters of the windows a failed apply ended
 	target := newModel(s.tombstones)
 	prefix, prefixLen, frontier := newModel(s.tombstones), 0, -1
 	var passed []tidemark.Change
@@ -213,12 +213,14 @@ func (s *scenario) run() (*model, *Window, []tidemark.Change, error) {
 		// The wall clock runs near the stream, a little ahead or behind.
 		now = batch[len(batch)-1].CommitTime.Add(time.Duration(r.IntN(7)-3) * time.Second)
 		out := w.Filter(batch)
-		if s.coalesce {
-			out = w.Coalesce(out, s.tombstones)
-		}
 		if s.failures && r.IntN(10) == 0 {
-			// Apply failed: nothing committed; replay from the checkpoint.
-			w.Reset()
+			// Apply failed: nothing committed. The daemon stops; the next
+			// one replays from the checkpoint with a new Window.
+			st := w.Stats()
+			replaced.add(&st)
+			if w, err = New(cfg); err != nil {
+				return nil, Stats{}, nil, err
+			}
 			continue
 		}
 		target.apply(out...)
@@ -231,12 +233,14 @@ func (s *scenario) run() (*model, *Window, []tidemark.Change, error) {
 			prefix.apply(s.clean[prefixLen : last+1]...)
 			prefixLen = last + 1
 			if d := prefix.diff(target); len(d) > 0 {
-				return nil, nil, nil, fmt.Errorf("%s\ncaught up at dirty[%d] = clean[%d], target differs from the clean prefix:\n%s",
+				return nil, Stats{}, nil, fmt.Errorf("%s\ncaught up at dirty[%d] = clean[%d], target differs from the clean prefix:\n%s",
 					s, i-1, last, strings.Join(d, "\n"))
 			}
 		}
 	}
-	return target, w, passed, nil
+	st := w.Stats()
+	replaced.add(&st)
+	return target, replaced, passed, nil
 }
 
 // checkScenario runs s and returns the window's counters, or an error
@@ -244,14 +248,13 @@ func (s *scenario) run() (*model, *Window, []tidemark.Change, error) {
 func checkScenario(s *scenario) (Stats, error) {
 	want := newModel(s.tombstones)
 	want.apply(s.clean...)
-	got, w, passed, err := s.run()
+	got, st, passed, err := s.run()
 	if err != nil {
 		return Stats{}, err
 	}
 	if d := want.diff(got); len(d) > 0 {
 		return Stats{}, fmt.Errorf("%s\ntarget differs from the clean stream:\n%s", s, strings.Join(d, "\n"))
 	}
-	st := w.Stats()
 	if st.Seen != st.Passed+st.DroppedDuplicate+st.DroppedRegression {
 		return st, fmt.Errorf("%s\nstats do not add up: %+v", s, st)
 	}
@@ -284,9 +287,9 @@ func checkScenario(s *scenario) (Stats, error) {
 }
 
 // TestProperty: random change streams with injected replays, overlaps,
-// reorderings and A→B→A sequences, pushed through Filter and Coalesce in
-// random batches and applied to a version-guarded model, end in the same
-// state as the clean stream.
+// reorderings and A→B→A sequences, pushed through Filter in random batches
+// and applied to a version-guarded model, end in the same state as the clean
+// stream.
 func TestProperty(t *testing.T) {
 	n := 2000
 	if testing.Short() {

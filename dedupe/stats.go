@@ -1,7 +1,6 @@
 package dedupe
 
-// Stats are the window's counters since New (Reset does not clear them), for
-// metrics. Every field is a monotonic counter except Keys, a gauge.
+// Stats are the window's counters since New, for metrics. Every field is a monotonic counter except Keys, a gauge.
 //
 // Every snapshot returned by Window.Stats satisfies Seen = Passed +
 // DroppedDuplicate + DroppedRegression. PassedLate is part of Passed.
@@ -33,9 +32,6 @@ type Stats struct {
 	// event-time column whose value was NULL, not a time, or missing, so the
 	// commit time was used.
 	EventTimeFallback uint64
-	// Coalesced counts changes merged into another change of the same key
-	// by Window.Coalesce.
-	Coalesced uint64
 	// Keys is the number of keys currently held in state (a gauge).
 	Keys uint64
 }
@@ -43,7 +39,7 @@ type Stats struct {
 // Each calls fn with the metric name and value of every field of s, in a
 // fixed order: seen, passed, dropped_duplicate, dropped_regression,
 // passed_late, clamped_future, evicted_capacity, evicted_watermark,
-// event_time_fallback, coalesced, keys.
+// event_time_fallback, keys.
 func (s Stats) Each(fn func(name string, value uint64)) {
 	fn("seen", s.Seen)
 	fn("passed", s.Passed)
@@ -54,7 +50,6 @@ func (s Stats) Each(fn func(name string, value uint64)) {
 	fn("evicted_capacity", s.EvictedCapacity)
 	fn("evicted_watermark", s.EvictedWatermark)
 	fn("event_time_fallback", s.EventTimeFallback)
-	fn("coalesced", s.Coalesced)
 	fn("keys", s.Keys)
 }
 
@@ -69,6 +64,5 @@ func (s *Stats) add(d *Stats) {
 	s.EvictedCapacity += d.EvictedCapacity
 	s.EvictedWatermark += d.EvictedWatermark
 	s.EventTimeFallback += d.EventTimeFallback
-	s.Coalesced += d.Coalesced
 	s.Keys = d.Keys
 }

@@ -1,8 +1,9 @@
 // Package dedupe drops duplicate changes inside an event-time watermark
 // window, with bounded memory, and never loses a late change. It sits between
-// the sources and the sinks: the pipeline runs every chunk through
-// Window.Filter and every batch through Coalesce (or Window.Coalesce) before
-// Sink.Apply.
+// the source and the sink: the pipeline runs every chunk through
+// Window.Filter (tidemark.Filter) before it is batched for Sink.Apply. It does
+// not merge the changes of one key inside a batch: that is the PostgreSQL
+// sink's job (sink/postgres, plan), counted in tidemark.ApplyStats.Coalesced.
 //
 // It is Spark's dropDuplicatesWithinWatermark made safe for CDC:
 //
@@ -24,10 +25,12 @@
 //     MaxKeys bound) never has its changes dropped. The sink's "only if
 //     newer" version guard is the backstop for everything that passes.
 //
-// The state remembers what was passed, not what was committed. After a failed
-// Sink.Apply, when the pipeline replays from the stored checkpoint, it must
-// call Window.Reset (or build a new Window) first: otherwise the replayed
-// changes, which never reached the target, would be dropped as duplicates.
+// The state remembers what was passed, not what was committed, so a Window
+// must not see a replay of changes it passed that never reached the target:
+// they would be dropped as duplicates. A Window lives as long as one
+// tidemark.Pipeline, which never streams such a replay: its apply loop
+// applies every change it read before it returns, and a failed apply ends
+// the process (the daemon builds a new Window at the next start).
 package dedupe
 
 import (
@@ -88,8 +91,8 @@ type tableInfo struct {
 
 // Window drops duplicate and regressing changes whose event time is inside
 // the watermark window, keeping per-key state bounded by Config.MaxKeys and
-// by the watermark. Filter, Coalesce, Reset and Watermark must be called from
-// one goroutine at a time; Stats may be called concurrently with them.
+// by the watermark. Filter and Watermark must be called from one goroutine at
+// a time; Stats may be called concurrently with them.
 type Window struct {
 	cfg   Config
 	delay int64 // Config.Delay in µs
@@ -101,8 +104,6 @@ type Window struct {
 	tables    map[tidemark.TableID]*tableInfo
 	lastTable *tidemark.Table // one-entry cache in front of tables
 	lastInfo  *tableInfo
-
-	co coalescer
 
 	mu    sync.Mutex
 	stats Stats
@@ -238,28 +239,6 @@ func (w *Window) Filter(changes []tidemark.Change) []tidemark.Change {
 	return out
 }
 
-// Coalesce is the package function Coalesce, counting the merged changes in
-// Stats.Coalesced and reusing the window's scratch space between batches.
-func (w *Window) Coalesce(changes []tidemark.Change, softDelete bool) []tidemark.Change {
-	out, n := w.co.coalesce(changes, softDelete)
-	w.mu.Lock()
-	w.stats.Coalesced += uint64(n)
-	w.mu.Unlock()
-	return out
-}
-
-// Reset forgets the state and the watermark (the counters are kept). Call it
-// before replaying changes that were passed but not committed, such as after
-// a failed Sink.Apply: the state records what Filter passed, and would drop
-// the replayed changes as duplicates.
-func (w *Window) Reset() {
-	w.state.Purge()
-	w.maxET = noTime
-	w.mu.Lock()
-	w.stats.Keys = 0
-	w.mu.Unlock()
-}
-
 // Stats returns a snapshot of the counters. It is safe to call from any
 // goroutine.
 func (w *Window) Stats() Stats {
@@ -269,7 +248,7 @@ func (w *Window) Stats() Stats {
 }
 
 // Watermark returns the current watermark (largest clamped event time seen
-// minus Delay) and whether any change has been seen since New or Reset.
+// minus Delay) and whether any change has been seen since New.
 func (w *Window) Watermark() (time.Time, bool) {
 	if w.maxET == noTime {
 		return time.Time{}, false

@@ -383,32 +383,6 @@ func TestFilterKeyChangeLowersState(t *testing.T) {
 	}
 }
 
-func TestReset(t *testing.T) {
-	w, err := New(Config{Now: func() time.Time { return sec(0) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := ins(1, "A", ver(1, 1), sec(0))
-	if got := w.Filter([]tidemark.Change{c}); len(got) != 1 {
-		t.Fatalf("first pass: %d changes, want 1", len(got))
-	}
-	// The apply failed: the pipeline resets and replays from the checkpoint.
-	w.Reset()
-	if got := w.Filter([]tidemark.Change{c}); len(got) != 1 {
-		t.Fatalf("replay after Reset: %d changes, want 1 (dropped a change that never committed)", len(got))
-	}
-	if _, ok := w.Watermark(); !ok {
-		t.Fatal("no watermark after a change")
-	}
-	w.Reset()
-	if _, ok := w.Watermark(); ok {
-		t.Fatal("watermark survived Reset")
-	}
-	if st := w.Stats(); st.Seen != 2 || st.Keys != 0 {
-		t.Fatalf("stats after Reset = %+v, want Seen 2, Keys 0", st)
-	}
-}
-
 func TestWatermarkClampedToTolerance(t *testing.T) {
 	now := sec(1000)
 	w, err := New(Config{Delay: time.Minute, Tolerance: 10 * time.Second, Now: func() time.Time { return now }})
@@ -448,7 +422,6 @@ func TestStatsConcurrent(t *testing.T) {
 	for i := range 200 {
 		batch := []tidemark.Change{ins(int64(i%7), "A", ver(uint64(i/3), 1), sec(0)), ins(int64(i%7), "A", ver(uint64(i/3), 1), sec(0))}
 		w.Filter(batch)
-		w.Coalesce(batch[:1], false)
 	}
 	close(stop)
 	wg.Wait()
@@ -456,18 +429,18 @@ func TestStatsConcurrent(t *testing.T) {
 
 func TestStatsEach(t *testing.T) {
 	s := Stats{Seen: 1, Passed: 2, DroppedDuplicate: 3, DroppedRegression: 4, PassedLate: 5, ClampedFuture: 6,
-		EvictedCapacity: 7, EvictedWatermark: 8, EventTimeFallback: 9, Coalesced: 10, Keys: 11}
+		EvictedCapacity: 7, EvictedWatermark: 8, EventTimeFallback: 9, Keys: 10}
 	var names []string
 	var sum uint64
 	s.Each(func(name string, v uint64) {
 		names = append(names, name)
 		sum += v
 	})
-	want := "seen passed dropped_duplicate dropped_regression passed_late clamped_future evicted_capacity evicted_watermark event_time_fallback coalesced keys"
+	want := "seen passed dropped_duplicate dropped_regression passed_late clamped_future evicted_capacity evicted_watermark event_time_fallback keys"
 	if got := strings.Join(names, " "); got != want {
 		t.Errorf("names = %s\nwant %s", got, want)
 	}
-	if sum != 66 {
+	if sum != 55 {
 		t.Errorf("sum of values = %d, want 66 (a field is reported twice or not at all)", sum)
 	}
 }
