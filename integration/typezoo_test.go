@@ -123,7 +123,8 @@ func TestTypeZooStreamAndSnapshot(t *testing.T) {
 		stream bool
 	}{{"_stream", true}, {"_snap", false}} {
 		t.Run(run.suffix[1:], func(t *testing.T) {
-			d := f.startDaemon(t, f.relConfig(t, db+run.suffix, db, relOpts{TargetSchema: db + run.suffix}))
+			cfg := f.relConfig(t, db+run.suffix, db, relOpts{TargetSchema: db + run.suffix})
+			d := f.startDaemon(t, cfg)
 			f.caughtUpIn(t, db+run.suffix, d, 2*time.Minute)
 			if run.stream {
 				if err := harness.Exec(f.my, stmts...); err != nil {
@@ -152,6 +153,12 @@ func TestTypeZooStreamAndSnapshot(t *testing.T) {
 			}
 			if diff.SourceRows != len(zooRows())-1 {
 				t.Fatalf("compared %d rows, want %d", diff.SourceRows, len(zooRows())-1)
+			}
+			// `tidemark verify` (the verify package, computing each side's
+			// canonical text in its own database) agrees on every type.
+			code, vout := runBinary(t, 2*time.Minute, []string{"TM_IT_MYSQL_PASSWORD=" + f.env.MySQLPassword, "TM_IT_PG_DSN=" + f.env.PGDSN}, "verify", "--config", cfg)
+			if code != 0 || !strings.Contains(vout, "verdict: EQUAL") || !strings.Contains(vout, fmt.Sprintf(" %d ", len(zooRows())-1)) {
+				t.Fatalf("%s path: tidemark verify exit %d, want 0 with %d rows:\n%s", run.suffix[1:], code, len(zooRows())-1, vout)
 			}
 		})
 	}
