@@ -158,6 +158,22 @@ func CheckIdentifier(what, s string) error {
 	return nil
 }
 
+// QuoteMySQL quotes an identifier for MySQL and MariaDB: in backticks, with
+// embedded backticks doubled. It is the one quoting helper of that dialect;
+// names are validated with CheckIdentifier first, quoting is the second line
+// of defence.
+func QuoteMySQL(name string) string {
+	return "`" + strings.ReplaceAll(name, "`", "``") + "`"
+}
+
+// QuotePostgres quotes an identifier for PostgreSQL: in double quotes, with
+// embedded double quotes doubled. It is the one quoting helper of that
+// dialect; names are validated with CheckIdentifier first, quoting is the
+// second line of defence.
+func QuotePostgres(name string) string {
+	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
+}
+
 // Index is a secondary index of a source table (the primary key is
 // Table.Key). Targets that mirror indexes (see IndexMirror) build theirs
 // from it.

@@ -236,12 +236,8 @@ func (v *Verifier) Table(ctx context.Context, id tidemark.TableID) (*tidemark.Ta
 	return t, nil
 }
 
-// vQuote quotes a MariaDB identifier, doubling backticks. Names are
-// validated with tidemark.CheckIdentifier first.
-func vQuote(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
-
 func vTable(spec *tidemark.VerifySpec) string {
-	return vQuote(spec.Table.ID.Database) + "." + vQuote(spec.Table.ID.Name)
+	return tidemark.QuoteMySQL(spec.Table.ID.Database) + "." + tidemark.QuoteMySQL(spec.Table.ID.Name)
 }
 
 // vZeroGuard returns e, or NULL when the date in column q is a zero date
@@ -254,7 +250,7 @@ func vZeroGuard(q, e string) string {
 // (tidemark's canonical forms; see tidemark.GoCompared for float and JSON,
 // which are returned as exact text for comparison in Go).
 func vCanon(c *tidemark.Column) string {
-	q := vQuote(c.Name)
+	q := tidemark.QuoteMySQL(c.Name)
 	switch c.Kind {
 	case tidemark.KindInt, tidemark.KindUint, tidemark.KindDecimal:
 		return "CAST(" + q + " AS CHAR)"
@@ -313,7 +309,7 @@ func vRowHashHex(t *tidemark.Table) string {
 // the value itself, or its UTF-8 bytes for text-like kinds (so MariaDB and
 // PostgreSQL order them alike).
 func vKeyOrder(c *tidemark.Column) string {
-	q := vQuote(c.Name)
+	q := tidemark.QuoteMySQL(c.Name)
 	switch c.Kind {
 	case tidemark.KindText, tidemark.KindEnum, tidemark.KindSet:
 		return "CAST(CONVERT(" + q + " USING utf8mb4) AS BINARY)"
@@ -413,7 +409,7 @@ func (q *vQuery) window(spec *tidemark.VerifySpec) error {
 		}
 		return t.Format("2006-01-02 15:04:05.000000"), nil
 	}
-	qc := vQuote(c.Name)
+	qc := tidemark.QuoteMySQL(c.Name)
 	if !spec.Since.IsZero() {
 		s, err := conv(spec.Since)
 		if err != nil {
@@ -644,14 +640,14 @@ func (v *Verifier) DailyTotals(ctx context.Context, spec *tidemark.VerifySpec, s
 		return nil, err
 	}
 	c := &spec.Table.Columns[spec.Table.ColumnIndex(spec.EventTime)]
-	qc := vQuote(c.Name)
+	qc := tidemark.QuoteMySQL(c.Name)
 	// TIMESTAMP reads as UTC (session time_zone); DATETIME is local.
 	sel := []string{vZeroGuard(qc, "DATE_FORMAT("+qc+", '%Y-%m-%d %H')"), "FLOOR(MINUTE(" + qc + ") / 15)", "COUNT(*)"}
 	for _, s := range sums {
 		if spec.Table.ColumnIndex(s) < 0 {
 			return nil, fmt.Errorf("daily totals of %s: column %q not in table", spec.Table.ID, s)
 		}
-		sel = append(sel, "CAST(SUM("+vQuote(s)+") AS CHAR)")
+		sel = append(sel, "CAST(SUM("+tidemark.QuoteMySQL(s)+") AS CHAR)")
 	}
 	zone := tidemark.ZonePolicy{Location: time.UTC, Fold: tidemark.ResolveLater, Gap: tidemark.ResolveLater}
 	if c.Kind == tidemark.KindDateTime {

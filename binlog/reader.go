@@ -77,8 +77,6 @@ func (r *Reader) Stats() *Stats { return &r.t.stats }
 // read without parameters (the text protocol) returns anyway.
 func castChar(sel string) string { return "CAST(" + sel + " AS CHAR)" }
 
-func quoteMy(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
-
 func (r *Reader) exec(ctx context.Context, q string, args ...any) (*mysql.Result, error) {
 	var res *mysql.Result
 	err := tidemark.Retry(ctx, "query source", tidemark.Backoff{Attempts: 5}, isTransient, r.t.rl, func(ctx context.Context) error {
@@ -361,7 +359,7 @@ func (r *Reader) table(ctx context.Context, id tidemark.TableID) (*readTable, er
 		env := &valueEnv{table: id, column: name, zone: r.t.cfg.zoneFor(id, name), zeroDates: r.t.cfg.ZeroDates, stats: &r.t.stats}
 		col := tidemark.Column{Name: name, Nullable: nullable == "YES"}
 		unsigned := strings.Contains(strings.ToLower(colType), "unsigned")
-		sel := quoteMy(name)
+		sel := tidemark.QuoteMySQL(name)
 		var conv converter
 		dt := strings.ToLower(dataType)
 		switch dt {
@@ -512,7 +510,9 @@ func (rt *readTable) column(name string) (int, tidemark.Column, error) {
 	return i, c, nil
 }
 
-func tableSQL(id tidemark.TableID) string { return quoteMy(id.Database) + "." + quoteMy(id.Name) }
+func tableSQL(id tidemark.TableID) string {
+	return tidemark.QuoteMySQL(id.Database) + "." + tidemark.QuoteMySQL(id.Name)
+}
 
 // MaxTime implements tidemark.SnapshotSource.
 func (r *Reader) MaxTime(ctx context.Context, id tidemark.TableID, column string) (time.Time, bool, error) {
@@ -524,7 +524,7 @@ func (r *Reader) MaxTime(ctx context.Context, id tidemark.TableID, column string
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("read upper bound of %s: %w", id, err)
 	}
-	res, err := r.exec(ctx, "SELECT CAST(MAX("+quoteMy(column)+") AS CHAR) FROM "+tableSQL(id))
+	res, err := r.exec(ctx, "SELECT CAST(MAX("+tidemark.QuoteMySQL(column)+") AS CHAR) FROM "+tableSQL(id))
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("read upper bound of %s.%s: %w", id, column, err)
 	}
@@ -552,7 +552,7 @@ func (r *Reader) CountAbove(ctx context.Context, id tidemark.TableID, column str
 	if err != nil {
 		return 0, fmt.Errorf("count rows of %s: %w", id, err)
 	}
-	res, err := r.exec(ctx, "SELECT COUNT(*) FROM "+tableSQL(id)+" WHERE "+quoteMy(column)+" > ?", r.localBound(id, col, t))
+	res, err := r.exec(ctx, "SELECT COUNT(*) FROM "+tableSQL(id)+" WHERE "+tidemark.QuoteMySQL(column)+" > ?", r.localBound(id, col, t))
 	if err != nil {
 		return 0, fmt.Errorf("count rows of %s above %s: %w", id, t, err)
 	}
@@ -604,21 +604,21 @@ func (r *Reader) Read(ctx context.Context, req tidemark.ReadRequest) (tidemark.R
 		if req.Undated {
 			// NULL, and the zero dates (year 0, below every real value):
 			// the rows the converters turn into NULL.
-			where = append(where, "("+quoteMy(req.Column)+" IS NULL OR "+quoteMy(req.Column)+" < ?)")
+			where = append(where, "("+tidemark.QuoteMySQL(req.Column)+" IS NULL OR "+tidemark.QuoteMySQL(req.Column)+" < ?)")
 			args = append(args, "0001-01-01 00:00:00")
 		} else {
-			order = append(order, quoteMy(req.Column))
+			order = append(order, tidemark.QuoteMySQL(req.Column))
 			orderIdx = append(orderIdx, ci)
 			if !req.Lower.IsZero() {
-				where = append(where, quoteMy(req.Column)+" > ?")
+				where = append(where, tidemark.QuoteMySQL(req.Column)+" > ?")
 				args = append(args, r.localLower(req.Table, col, req.Lower))
 			}
-			where = append(where, quoteMy(req.Column)+" <= ?")
+			where = append(where, tidemark.QuoteMySQL(req.Column)+" <= ?")
 			args = append(args, r.localBound(req.Table, col, req.Upper))
 		}
 	}
 	for _, k := range rt.table.Key {
-		order = append(order, quoteMy(rt.table.Columns[k].Name))
+		order = append(order, tidemark.QuoteMySQL(rt.table.Columns[k].Name))
 		orderIdx = append(orderIdx, k)
 	}
 	if req.After != nil {
@@ -737,7 +737,7 @@ func (r *Reader) KeyChunk(ctx context.Context, id tidemark.TableID, after []any,
 	order := rt.keyOrder()
 	var sel []string
 	for _, k := range rt.table.Key {
-		sel = append(sel, quoteMy(rt.table.Columns[k].Name))
+		sel = append(sel, tidemark.QuoteMySQL(rt.table.Columns[k].Name))
 	}
 	q := "SELECT " + strings.Join(sel, ", ") + ", " + fmt.Sprintf(keyHashMy, canon) + " FROM " + tableSQL(id)
 	var args []any

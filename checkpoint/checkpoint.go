@@ -39,7 +39,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 
 	"tidemark"
@@ -96,7 +95,7 @@ func New(cfg Config) (*Store, error) {
 	if err := tidemark.CheckIdentifier("schema", schema); err != nil {
 		return nil, fmt.Errorf("checkpoint config: schema: %w", err)
 	}
-	qs := quoteIdent(schema)
+	qs := tidemark.QuotePostgres(schema)
 	cp := qs + ".checkpoints"
 	wm := qs + ".watermarks"
 	tb := qs + ".tables"
@@ -374,13 +373,6 @@ func (s *Store) DeleteWatermark(ctx context.Context, q tidemark.Querier, source 
 		return fmt.Errorf("delete watermark of %s (source %q) from %s: %w", table, source, s.wmarksName, err)
 	}
 	return nil
-}
-
-// quoteIdent quotes an SQL identifier for PostgreSQL, doubling embedded
-// double quotes. Callers validate names with tidemark.CheckIdentifier first;
-// quoting is the second line of defence, not the first.
-func quoteIdent(s string) string {
-	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
 }
 
 // LoadOffsets implements tidemark.OffsetStore.

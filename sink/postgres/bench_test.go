@@ -115,7 +115,7 @@ func BenchmarkCopyCeiling(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := e.conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quoteIdent(e.schema)); err != nil {
+	if _, err := e.conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+tidemark.QuotePostgres(e.schema)); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := e.conn.Exec(ctx, d.createTableSQL); err != nil {

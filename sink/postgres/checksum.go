@@ -48,14 +48,14 @@ func (a *vArgs) add(v any) string {
 }
 
 func vTable(spec *tidemark.VerifySpec) string {
-	return quoteIdent(spec.TargetSchema) + "." + quoteIdent(spec.Table.ID.Name)
+	return tidemark.QuotePostgres(spec.TargetSchema) + "." + tidemark.QuotePostgres(spec.Table.ID.Name)
 }
 
 // vCanon returns the PostgreSQL expression of a column's canonical text
 // (the same text binlog.Verifier computes in MariaDB). Floats are not in
 // it: see vSelect.
 func vCanon(c *tidemark.Column, a *vArgs, spec *tidemark.VerifySpec) string {
-	q := quoteIdent(c.Name)
+	q := tidemark.QuotePostgres(c.Name)
 	switch c.Kind {
 	case tidemark.KindInt, tidemark.KindUint, tidemark.KindYear, tidemark.KindDecimal, tidemark.KindJSON:
 		return q + "::text"
@@ -90,7 +90,7 @@ type vItem struct {
 
 func vSelect(c *tidemark.Column, a *vArgs, spec *tidemark.VerifySpec) vItem {
 	if c.Kind == tidemark.KindFloat || c.Kind == tidemark.KindDouble {
-		return vItem{sql: quoteIdent(c.Name) + "::float8", float: true}
+		return vItem{sql: tidemark.QuotePostgres(c.Name) + "::float8", float: true}
 	}
 	return vItem{sql: vCanon(c, a, spec)}
 }
@@ -125,9 +125,9 @@ func vRowHashHex(spec *tidemark.VerifySpec, a *vArgs) string {
 func vKeyOrder(c *tidemark.Column) string {
 	switch c.Kind {
 	case tidemark.KindText, tidemark.KindEnum, tidemark.KindSet:
-		return quoteIdent(c.Name) + ` COLLATE "C"`
+		return tidemark.QuotePostgres(c.Name) + ` COLLATE "C"`
 	}
-	return quoteIdent(c.Name)
+	return tidemark.QuotePostgres(c.Name)
 }
 
 // vBound returns the SQL of a key bound given as canonical text.
@@ -190,10 +190,10 @@ func (v *Verifier) where(ctx context.Context, spec *tidemark.VerifySpec, r tidem
 	}
 	var preds []string
 	if soft {
-		preds = append(preds, "NOT "+quoteIdent(colDeleted))
+		preds = append(preds, "NOT "+tidemark.QuotePostgres(colDeleted))
 	}
 	if spec.EventTime != "" {
-		q := quoteIdent(spec.EventTime)
+		q := tidemark.QuotePostgres(spec.EventTime)
 		if !spec.Since.IsZero() {
 			preds = append(preds, q+" >= "+a.add(spec.Since.UTC()))
 		}
@@ -396,12 +396,12 @@ func (v *Verifier) DailyTotals(ctx context.Context, spec *tidemark.VerifySpec, s
 	if err != nil {
 		return nil, err
 	}
-	sel := []string{"COALESCE(to_char(" + quoteIdent(spec.EventTime) + " AT TIME ZONE 'UTC', 'YYYY-MM-DD'), 'none')", "count(*)"}
+	sel := []string{"COALESCE(to_char(" + tidemark.QuotePostgres(spec.EventTime) + " AT TIME ZONE 'UTC', 'YYYY-MM-DD'), 'none')", "count(*)"}
 	for _, s := range sums {
 		if spec.Table.ColumnIndex(s) < 0 {
 			return nil, fmt.Errorf("daily totals of %s: column %q not in table", spec.Table.ID, s)
 		}
-		sel = append(sel, "sum("+quoteIdent(s)+")::text")
+		sel = append(sel, "sum("+tidemark.QuotePostgres(s)+")::text")
 	}
 	rows, err := v.s.pool.Query(ctx, "SELECT "+strings.Join(sel, ", ")+" FROM "+vTable(spec)+w+" GROUP BY 1 ORDER BY 1", a...)
 	if err != nil {
@@ -450,13 +450,13 @@ func (v *Verifier) DuplicateKeys(ctx context.Context, spec *tidemark.VerifySpec,
 	keys := make([]string, len(spec.Table.Key))
 	canon := make([]string, len(spec.Table.Key))
 	for i, k := range spec.Table.Key {
-		keys[i] = quoteIdent(spec.Table.Columns[k].Name)
+		keys[i] = tidemark.QuotePostgres(spec.Table.Columns[k].Name)
 		canon[i] = vCanon(&spec.Table.Columns[k], &a, spec)
 	}
 	kl := strings.Join(keys, ", ")
 	where := ""
 	if !since.IsZero() {
-		where = " WHERE (" + kl + ") IN (SELECT " + kl + " FROM " + vTable(spec) + " WHERE " + quoteIdent(colLoadedAt) + " >= " + a.add(since.UTC()) + ")"
+		where = " WHERE (" + kl + ") IN (SELECT " + kl + " FROM " + vTable(spec) + " WHERE " + tidemark.QuotePostgres(colLoadedAt) + " >= " + a.add(since.UTC()) + ")"
 	}
 	sql := "SELECT " + strings.Join(canon, ", ") + ", n, count(*) OVER () FROM (SELECT " + kl + ", count(*) AS n FROM " + vTable(spec) + where +
 		" GROUP BY " + kl + " HAVING count(*) > 1) d ORDER BY n DESC LIMIT " + a.add(limit)
@@ -570,11 +570,11 @@ ORDER BY 1, 2`, controlSchema, schemas, colSeq, colLoadedAt)
 	// Watermarks, mapped to target tables like the sink maps them.
 	wm := map[[2]string]time.Time{}
 	var haveWM bool
-	if err := s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", quoteIdent(controlSchema)+".watermarks").Scan(&haveWM); err != nil {
+	if err := s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", tidemark.QuotePostgres(controlSchema)+".watermarks").Scan(&haveWM); err != nil {
 		return nil, fmt.Errorf("look up watermarks: %w", redact(err, s.secret))
 	}
 	if haveWM {
-		wrows, err := s.pool.Query(ctx, "SELECT database, table_name, value FROM "+quoteIdent(controlSchema)+".watermarks WHERE source = $1", source)
+		wrows, err := s.pool.Query(ctx, "SELECT database, table_name, value FROM "+tidemark.QuotePostgres(controlSchema)+".watermarks WHERE source = $1", source)
 		if err != nil {
 			return nil, fmt.Errorf("read watermarks of %s: %w", source, redact(err, s.secret))
 		}
@@ -599,8 +599,8 @@ ORDER BY 1, 2`, controlSchema, schemas, colSeq, colLoadedAt)
 			continue
 		}
 		var commit, loaded *time.Time
-		err := s.pool.QueryRow(ctx, "SELECT "+quoteIdent(colCommitTime)+", "+quoteIdent(colLoadedAt)+" FROM "+quoteIdent(st.Schema)+"."+quoteIdent(st.Name)+
-			" WHERE "+quoteIdent(colCommitTime)+" IS NOT NULL ORDER BY "+quoteIdent(colLoadedAt)+" DESC LIMIT 1").Scan(&commit, &loaded)
+		err := s.pool.QueryRow(ctx, "SELECT "+tidemark.QuotePostgres(colCommitTime)+", "+tidemark.QuotePostgres(colLoadedAt)+" FROM "+tidemark.QuotePostgres(st.Schema)+"."+tidemark.QuotePostgres(st.Name)+
+			" WHERE "+tidemark.QuotePostgres(colCommitTime)+" IS NOT NULL ORDER BY "+tidemark.QuotePostgres(colLoadedAt)+" DESC LIMIT 1").Scan(&commit, &loaded)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return nil, fmt.Errorf("read lag of %s.%s: %w", st.Schema, st.Name, redact(err, s.secret))
 		}

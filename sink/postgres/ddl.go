@@ -367,7 +367,7 @@ func (d *tableDef) incompatible(format string, args ...any) error {
 // source schema under policy.
 func (d *tableDef) evolve(t *targetTable, policy SchemaPolicy) (*evolution, error) {
 	ev := &evolution{align: alignmentOf(d.table)}
-	q := quoteIdent
+	q := tidemark.QuotePostgres
 	alter := func(format string, args ...any) {
 		ev.stmts = append(ev.stmts, "ALTER TABLE "+d.qname+" "+fmt.Sprintf(format, args...))
 	}
@@ -491,7 +491,7 @@ func (d *tableDef) evolve(t *targetTable, policy SchemaPolicy) (*evolution, erro
 // the right.
 func usingFor(col, have, want string) string {
 	if bitRE.MatchString(have) && bitRE.MatchString(want) {
-		return fmt.Sprintf(" USING %s::bigint::%s", quoteIdent(col), want)
+		return fmt.Sprintf(" USING %s::bigint::%s", tidemark.QuotePostgres(col), want)
 	}
 	return ""
 }
@@ -630,7 +630,7 @@ func (s *Sink) targetOf(id tidemark.TableID) (schema, name, qname string, err er
 	if err := tidemark.CheckIdentifier("table", id.Name); err != nil {
 		return "", "", "", fmt.Errorf("map table %s to PostgreSQL: %w", id, err)
 	}
-	return schema, id.Name, quoteIdent(schema) + "." + quoteIdent(id.Name), nil
+	return schema, id.Name, tidemark.QuotePostgres(schema) + "." + tidemark.QuotePostgres(id.Name), nil
 }
 
 // forgetTable drops what the sink cached about a table's target.
@@ -759,7 +759,7 @@ func (s *Sink) alterEvent(ctx context.Context, tx pgx.Tx, qname string, ev tidem
 	if !t.exists {
 		return nil
 	}
-	q := quoteIdent
+	q := tidemark.QuotePostgres
 	a := t.align
 	var before []byte
 	if a != nil {

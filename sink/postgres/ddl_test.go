@@ -223,7 +223,7 @@ func TestIncompatibleSchema(t *testing.T) {
 // stateStore is testStore plus table states (tidemark.TableStateStore).
 type stateStore struct{ *testStore }
 
-func (s *stateStore) st() string { return quoteIdent(s.schema) + ".states" }
+func (s *stateStore) st() string { return tidemark.QuotePostgres(s.schema) + ".states" }
 
 func (s *stateStore) Init(ctx context.Context, q tidemark.Querier) error {
 	if err := s.testStore.Init(ctx, q); err != nil {

@@ -41,12 +41,12 @@ func (s *Sink) Doctor(ctx context.Context, controlSchema string) []tidemark.Chec
 			c.Found = "exists; USAGE and CREATE granted"
 		case exists:
 			c.Status, c.Found = tidemark.CheckFix, fmt.Sprintf("exists; USAGE %v, CREATE %v", usage, create)
-			c.Fix = fmt.Sprintf("GRANT USAGE, CREATE ON SCHEMA %s TO %s", quoteIdent(schema), quoteIdent(user))
+			c.Fix = fmt.Sprintf("GRANT USAGE, CREATE ON SCHEMA %s TO %s", tidemark.QuotePostgres(schema), tidemark.QuotePostgres(user))
 		case dbCreate:
 			c.Found = "missing; will be created (CREATE on the database granted)"
 		default:
 			c.Status, c.Found = tidemark.CheckFix, "missing, and no CREATE on the database"
-			c.Fix = fmt.Sprintf("CREATE SCHEMA %s AUTHORIZATION %s (or GRANT CREATE ON DATABASE %s TO %s)", quoteIdent(schema), quoteIdent(user), quoteIdent(db), quoteIdent(user))
+			c.Fix = fmt.Sprintf("CREATE SCHEMA %s AUTHORIZATION %s (or GRANT CREATE ON DATABASE %s TO %s)", tidemark.QuotePostgres(schema), tidemark.QuotePostgres(user), tidemark.QuotePostgres(db), tidemark.QuotePostgres(user))
 		}
 		out = append(out, c)
 	}
@@ -54,7 +54,7 @@ func (s *Sink) Doctor(ctx context.Context, controlSchema string) []tidemark.Chec
 		c := tidemark.Check{Name: "target schemas per source database", Status: tidemark.CheckOK, Found: "CREATE on the database granted"}
 		if !dbCreate {
 			c.Status, c.Found = tidemark.CheckWarn, "no CREATE on the database"
-			c.Fix = fmt.Sprintf("tables go to a schema named after each source database: create those schemas for %s, or GRANT CREATE ON DATABASE %s TO %s, or set target.postgres.schema", quoteIdent(user), quoteIdent(db), quoteIdent(user))
+			c.Fix = fmt.Sprintf("tables go to a schema named after each source database: create those schemas for %s, or GRANT CREATE ON DATABASE %s TO %s, or set target.postgres.schema", tidemark.QuotePostgres(user), tidemark.QuotePostgres(db), tidemark.QuotePostgres(user))
 		}
 		out = append(out, c)
 	}

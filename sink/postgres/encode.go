@@ -285,7 +285,7 @@ func (r *copyRows) directStream(ncols int, loadedAt time.Time, soft bool) *bytes
 func copySQL(table string, columns []string) string {
 	q := make([]string, len(columns))
 	for i, c := range columns {
-		q[i] = quoteIdent(c)
+		q[i] = tidemark.QuotePostgres(c)
 	}
 	return "COPY " + table + " (" + strings.Join(q, ", ") + ") FROM STDIN (FORMAT binary)"
 }

@@ -101,7 +101,7 @@ type skippedIndex struct {
 func indexSpecs(schema, table, qname string, soft bool, types map[string]string, idx []tidemark.Index) ([]indexSpec, []skippedIndex) {
 	var out []indexSpec
 	var skipped []skippedIndex
-	q := quoteIdent
+	q := tidemark.QuotePostgres
 	for _, ix := range idx {
 		if ix.Type != "" && ix.Type != "BTREE" && ix.Type != "HASH" {
 			skipped = append(skipped, skippedIndex{ix.Name, fmt.Sprintf("a %s index has no PostgreSQL b-tree equivalent", ix.Type)})
@@ -178,9 +178,9 @@ func indexSpecs(schema, table, qname string, soft bool, types map[string]string,
 // its create statement.
 func dropFor(schema, qname, name, create string) string {
 	if strings.HasPrefix(create, "ALTER TABLE") {
-		return fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s", qname, quoteIdent(name))
+		return fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s", qname, tidemark.QuotePostgres(name))
 	}
-	return fmt.Sprintf("DROP INDEX IF EXISTS %s.%s", quoteIdent(schema), quoteIdent(name))
+	return fmt.Sprintf("DROP INDEX IF EXISTS %s.%s", tidemark.QuotePostgres(schema), tidemark.QuotePostgres(name))
 }
 
 // mirrorTx brings the mirrored indexes of the target table (t, with
@@ -341,7 +341,7 @@ func (s *Sink) Plan(ctx context.Context, t *tidemark.Table, idx []tidemark.Index
 					return d.wrap("look up schema of table", err)
 				}
 				if !schemaExists {
-					out = append(out, "CREATE SCHEMA IF NOT EXISTS "+quoteIdent(d.schema))
+					out = append(out, "CREATE SCHEMA IF NOT EXISTS "+tidemark.QuotePostgres(d.schema))
 				}
 				out = append(out, d.createTableSQL)
 				tt.types = map[string]string{}

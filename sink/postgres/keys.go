@@ -39,7 +39,7 @@ func keyExprs(d *tableDef) (canon string, order []string, err error) {
 	var parts []string
 	for _, k := range d.table.Key {
 		c := &d.table.Columns[k]
-		q := quoteIdent(c.Name)
+		q := tidemark.QuotePostgres(c.Name)
 		switch c.Kind {
 		case tidemark.KindInt, tidemark.KindUint, tidemark.KindText:
 			e := q + "::text"
@@ -101,7 +101,7 @@ func (s *Sink) rangeWhere(d *tableDef, order []string, after, upTo []any, args *
 		where = append(where, c)
 	}
 	if d.soft {
-		where = append(where, "NOT "+quoteIdent(colDeleted))
+		where = append(where, "NOT "+tidemark.QuotePostgres(colDeleted))
 	}
 	if len(where) == 0 {
 		return "", nil
@@ -156,7 +156,7 @@ func (s *Sink) KeysInRange(ctx context.Context, table *tidemark.Table, after, up
 	}
 	var sel []string
 	for _, k := range d.table.Key {
-		sel = append(sel, quoteIdent(d.table.Columns[k].Name)+"::text")
+		sel = append(sel, tidemark.QuotePostgres(d.table.Columns[k].Name)+"::text")
 	}
 	q := "SELECT " + strings.Join(sel, ", ") + " FROM " + d.qname + where + " ORDER BY " + strings.Join(order, ", ")
 	var out [][]any

@@ -80,12 +80,12 @@ type testStore struct {
 	failSave func() error
 }
 
-func (s *testStore) cp() string { return quoteIdent(s.schema) + ".cp" }
-func (s *testStore) wm() string { return quoteIdent(s.schema) + ".wm" }
+func (s *testStore) cp() string { return tidemark.QuotePostgres(s.schema) + ".cp" }
+func (s *testStore) wm() string { return tidemark.QuotePostgres(s.schema) + ".wm" }
 
 func (s *testStore) Init(ctx context.Context, q tidemark.Querier) error {
 	return q.Exec(ctx, `SELECT pg_advisory_xact_lock(1);
-CREATE SCHEMA IF NOT EXISTS `+quoteIdent(s.schema)+`;
+CREATE SCHEMA IF NOT EXISTS `+tidemark.QuotePostgres(s.schema)+`;
 CREATE TABLE IF NOT EXISTS `+s.cp()+` (source text PRIMARY KEY, position text NOT NULL);
 CREATE TABLE IF NOT EXISTS `+s.wm()+` (source text, db text, tbl text, value timestamptz NOT NULL, PRIMARY KEY (source, db, tbl))`)
 }
@@ -218,7 +218,9 @@ func (e *env) rows(sql string, args ...any) []string {
 	return out
 }
 
-func (e *env) table(name string) string { return quoteIdent(e.schema) + "." + quoteIdent(name) }
+func (e *env) table(name string) string {
+	return tidemark.QuotePostgres(e.schema) + "." + tidemark.QuotePostgres(name)
+}
 
 func (e *env) checkpoint(source string) (tidemark.Position, bool) {
 	e.t.Helper()

@@ -80,7 +80,7 @@ func TestKindsRoundTrip(t *testing.T) {
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			col := quoteIdent(tbl.Columns[i+1].Name)
+			col := tidemark.QuotePostgres(tbl.Columns[i+1].Name)
 			var got *string
 			if err := e.conn.QueryRow(context.Background(), "SELECT "+col+"::text FROM "+e.table("kinds")+" WHERE id = 1").Scan(&got); err != nil {
 				t.Fatal(err)
@@ -656,7 +656,7 @@ func TestWatermarksCommitWithBatch(t *testing.T) {
 func TestExistingTableMissingColumn(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	if _, err := e.conn.Exec(ctx, `CREATE SCHEMA `+quoteIdent(e.schema)+`; CREATE TABLE `+e.table("items")+
+	if _, err := e.conn.Exec(ctx, `CREATE SCHEMA `+tidemark.QuotePostgres(e.schema)+`; CREATE TABLE `+e.table("items")+
 		` (id bigint PRIMARY KEY, name text, _tm_seq bigint NOT NULL, _tm_idx integer NOT NULL, _tm_commit_time timestamptz, _tm_loaded_at timestamptz NOT NULL DEFAULT now());
 		CREATE TABLE `+e.table("plain")+` (id bigint PRIMARY KEY, name text, qty integer)`); err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 // checkpoint store, with the compare-and-set the real store does.
 type offsetStore struct{ *testStore }
 
-func (s offsetStore) off() string { return quoteIdent(s.schema) + ".offsets" }
+func (s offsetStore) off() string { return tidemark.QuotePostgres(s.schema) + ".offsets" }
 
 func (s offsetStore) Init(ctx context.Context, q tidemark.Querier) error {
 	if err := s.testStore.Init(ctx, q); err != nil {

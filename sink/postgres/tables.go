@@ -100,7 +100,7 @@ func newTableDef(t *tidemark.Table, targetSchema string, mode DeleteMode, mirror
 		return fail("no business key (a primary key or a configured key is required for upserts)")
 	}
 	d.display = d.schema + "." + d.name
-	d.qname = quoteIdent(d.schema) + "." + quoteIdent(d.name)
+	d.qname = tidemark.QuotePostgres(d.schema) + "." + tidemark.QuotePostgres(d.name)
 	sum := sha256.Sum256([]byte(d.schema + "\x00" + d.name + "\x00" + t.Fingerprint()))
 	d.stage = "_tm_stage_" + hex.EncodeToString(sum[:8])
 
@@ -146,13 +146,13 @@ func (d *tableDef) buildSQL() {
 	t := d.table
 	cols := make([]string, len(t.Columns)) // quoted
 	for i := range t.Columns {
-		cols[i] = quoteIdent(t.Columns[i].Name)
+		cols[i] = tidemark.QuotePostgres(t.Columns[i].Name)
 	}
 	keys := make([]string, len(t.Key))
 	for i, k := range t.Key {
 		keys[i] = cols[k]
 	}
-	q := quoteIdent
+	q := tidemark.QuotePostgres
 
 	// Target table. Key columns are NOT NULL, and so are the source's NOT
 	// NULL columns when they are mirrored (d.notNull). Secondary indexes
@@ -194,7 +194,7 @@ func (d *tableDef) buildSQL() {
 	if d.soft {
 		d.directColumns = append(d.directColumns, colDeleted, colDeletedAt)
 	}
-	d.stageCopySQL = copySQL("pg_temp."+quoteIdent(d.stage), d.copyColumns)
+	d.stageCopySQL = copySQL("pg_temp."+tidemark.QuotePostgres(d.stage), d.copyColumns)
 	d.directCopySQL = copySQL(d.qname, d.directColumns)
 
 	stage := "pg_temp." + q(d.stage)
@@ -313,7 +313,7 @@ func (d *tableDef) create(ctx context.Context, tx pgx.Tx) error {
 		return d.wrap("look up schema of table", err)
 	}
 	if !schemaExists {
-		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quoteIdent(d.schema)); err != nil {
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+tidemark.QuotePostgres(d.schema)); err != nil {
 			return d.wrap("create schema of table", err)
 		}
 	}
@@ -330,11 +330,4 @@ func (d *tableDef) wrap(what string, err error) error {
 		return fmt.Errorf("%s %s (column %q): %w", what, d.display, col, err)
 	}
 	return fmt.Errorf("%s %s: %w", what, d.display, err)
-}
-
-// quoteIdent quotes an SQL identifier for PostgreSQL, doubling embedded
-// double quotes. Names are validated with tidemark.CheckIdentifier first;
-// quoting is the second line of defence.
-func quoteIdent(s string) string {
-	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
 }

@@ -63,7 +63,7 @@ func (c Config) tombName() string {
 	if c.DeleteMode == DeleteSoft {
 		return ""
 	}
-	return quoteIdent(c.ControlSchema) + "." + quoteIdent(tombstoneTable)
+	return tidemark.QuotePostgres(c.ControlSchema) + "." + tidemark.QuotePostgres(tombstoneTable)
 }
 
 // initTombstones creates the tombstone table (hard-delete mode).
@@ -80,7 +80,7 @@ func (s *Sink) initTombstones(ctx context.Context, tx pgx.Tx) error {
 		return nil
 	}
 	for _, q := range []string{
-		"CREATE SCHEMA IF NOT EXISTS " + quoteIdent(s.cfg.ControlSchema),
+		"CREATE SCHEMA IF NOT EXISTS " + tidemark.QuotePostgres(s.cfg.ControlSchema),
 		// No index, no primary key: every delete writes a row, the table
 		// holds the deletes of the last two batches only (pruning), and
 		// it is read only by replays, with a hash anti-join. A replayed
@@ -94,7 +94,7 @@ func (s *Sink) initTombstones(ctx context.Context, tx pgx.Tx) error {
 	source text NOT NULL,
 	gen bigint NOT NULL               -- pruning generation
 )`,
-		"CREATE TABLE IF NOT EXISTS " + quoteIdent(s.cfg.ControlSchema) + "." + quoteIdent(tombstoneState) + ` (
+		"CREATE TABLE IF NOT EXISTS " + tidemark.QuotePostgres(s.cfg.ControlSchema) + "." + tidemark.QuotePostgres(tombstoneState) + ` (
 	source text PRIMARY KEY,
 	gen bigint NOT NULL,    -- batches that moved the checkpoint forward
 	newest text NOT NULL    -- the newest checkpoint stored
@@ -119,7 +119,7 @@ func (s *Sink) tombBegin(ctx context.Context, tx pgx.Tx, b *tidemark.Batch, dele
 	if tomb == "" {
 		return 0, nil, nil
 	}
-	state := quoteIdent(s.cfg.ControlSchema) + "." + quoteIdent(tombstoneState)
+	state := tidemark.QuotePostgres(s.cfg.ControlSchema) + "." + tidemark.QuotePostgres(tombstoneState)
 	s.mu.Lock()
 	cur, ok := s.tombs[b.Source]
 	s.mu.Unlock()
@@ -205,7 +205,7 @@ func tombstoneSQL(tomb, stage string, t *tidemark.Table) (guard, write string) {
 	var parts []string
 	for _, k := range t.Key {
 		c := &t.Columns[k]
-		e := "s." + quoteIdent(c.Name)
+		e := "s." + tidemark.QuotePostgres(c.Name)
 		switch c.Kind {
 		case tidemark.KindDateTime, tidemark.KindTimestamp:
 			e = "to_char(" + e + " AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')"
@@ -220,11 +220,11 @@ func tombstoneSQL(tomb, stage string, t *tidemark.Table) (guard, write string) {
 	if len(parts) == 1 {
 		key = parts[0] // one column: its text is unambiguous already
 	}
-	seq, idx := quoteIdent(colSeq), quoteIdent(colIdx)
+	seq, idx := tidemark.QuotePostgres(colSeq), tidemark.QuotePostgres(colIdx)
 	guard = fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM %s AS tb WHERE tb.target = $1 AND tb.key = %s AND (tb.seq, tb.idx) > (s.%s, s.%s))",
 		tomb, key, seq, idx)
 	write = fmt.Sprintf("INSERT INTO %s (target, key, seq, idx, source, gen)\nSELECT $1, %s, s.%s, s.%s, $2, $3 FROM %s AS s WHERE s.%s IN ('%s', '%s')",
-		tomb, key, seq, idx, stage, quoteIdent(colOp), opDelete, opKeyGone)
+		tomb, key, seq, idx, stage, tidemark.QuotePostgres(colOp), opDelete, opKeyGone)
 	return guard, write
 }
 
