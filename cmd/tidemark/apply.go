@@ -13,9 +13,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"tidemark/checkpoint"
+	"tidemark"
 	"tidemark/sink/kafka"
-	"tidemark/sink/postgres"
 )
 
 // ApplyConfig is the apply section of the config file: the consumer group of
@@ -84,20 +83,17 @@ func cmdApply(ctx context.Context, args []string, stderr io.Writer) int {
 	log := newLogger(cfg.Log, stderr)
 	ac := cfg.applierConfig(log)
 	log.Info("starting", "group", ac.Group, "topics", ac.Topics, "version", buildVersion())
-	store, err := checkpoint.New(checkpoint.Config{Schema: cfg.Target.Postgres.ControlSchema})
-	if err != nil {
-		log.Error("start failed", "err", err)
-		return exitUsage
-	}
-	pc := cfg.PostgresSinkConfig()
-	pc.Checkpoints = store
-	pc.Logger = log.With("component", "postgres")
-	sink, err := postgres.Open(ctx, pc)
+	state, err := openStateTarget(ctx, cfg, log, openDaemon)
 	if err != nil {
 		log.Error("start failed", "err", err)
 		return exitFailed
 	}
-	defer sink.Close()
+	defer state.Close()
+	sink, err := need[tidemark.StreamTarget](state, "tidemark apply")
+	if err != nil {
+		log.Error("start failed", "err", err)
+		return exitUsage
+	}
 	m := NewMetrics()
 	var applied atomic.Int64
 	ac.OnApply = func(r kafka.ApplyReport) {

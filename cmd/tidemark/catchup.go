@@ -60,13 +60,14 @@ func cmdCatchup(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		only = append(only, tidemark.TableID{Database: db, Name: name})
 	}
 	source := cfg.Source.Name
-	// The source's lock: PostgreSQL's, also in the scale-out topology
-	// where the tailer holds it (tailerTarget).
-	locker, _ := d.target.(tidemark.SourceLocker)
-	if d.sink != nil {
-		locker = d.sink
+	catchUp, err := d.needCatchUp("tidemark catchup")
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitUsage
 	}
-	if locker != nil {
+	// The source's lock: the state target's (PostgreSQL's), also in the
+	// scale-out topology where the tailer holds it (tailerTarget).
+	if locker, ok := d.target.(tidemark.SourceLocker); ok {
 		release, free, err := locker.TryLockSource(ctx, source)
 		if err != nil {
 			log.Error("catch-up failed", "err", err)
@@ -110,13 +111,13 @@ func cmdCatchup(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		// Every table that is streaming (quarantined ones wait for a
 		// resync), then the checkpoint.
-		if d.sink != nil {
-			rep, err = d.catchUp.RunStreaming(ctx, d.reader, d.sink, d.target)
+		if d.registry != nil {
+			rep, err = catchUp.RunStreaming(ctx, d.reader, d.registry, d.target)
 		} else {
-			rep, err = d.catchUp.RunReport(ctx, nil) // Kafka alone: no table states
+			rep, err = catchUp.RunReport(ctx, nil) // Kafka alone: no table states
 		}
 	} else {
-		rep, err = d.catchUp.RunReport(ctx, only)
+		rep, err = catchUp.RunReport(ctx, only)
 	}
 	fallback.SortReport(&rep)
 	printCatchupReport(stdout, rep)

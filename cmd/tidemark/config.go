@@ -13,9 +13,9 @@ import (
 
 	"tidemark"
 	"tidemark/binlog"
+	"tidemark/checkpoint"
 	"tidemark/dedupe"
 	"tidemark/fallback"
-	"tidemark/sink/postgres"
 )
 
 // Config is the YAML configuration file (see docs/configuration.md and
@@ -506,17 +506,6 @@ func (c *Config) BinlogConfig() (binlog.Config, error) {
 	return bc, nil
 }
 
-// PostgresConfig builds the sink's config (checkpoints and logger are
-// filled in by the caller).
-func (c *Config) PostgresSinkConfig() postgres.Config {
-	p := c.Target.Postgres
-	return postgres.Config{DSN: p.DSN, TargetSchema: p.Schema, ControlSchema: p.ControlSchema, DeleteMode: postgres.DeleteMode(p.DeleteMode), MaxConns: p.MaxConns,
-		ApplyTimeout: p.ApplyTimeout,
-		Schema:       postgres.SchemaPolicy{DropColumns: p.DropColumns, DropTable: p.DDL.DropTable, Truncate: p.DDL.Truncate},
-		SkipIndexes:  p.Mirror.Indexes != nil && !*p.Mirror.Indexes,
-		SkipNotNull:  p.Mirror.NotNull != nil && !*p.Mirror.NotNull}
-}
-
 // needPostgres is the error of a command that works on the PostgreSQL
 // target when the config has none.
 func (c *Config) needPostgres(command string) error {
@@ -524,4 +513,13 @@ func (c *Config) needPostgres(command string) error {
 		return fmt.Errorf("tidemark %s: needs target.postgres (this config publishes to Kafka only)", command)
 	}
 	return nil
+}
+
+// controlSchema is the schema of the control tables in the PostgreSQL
+// target (target.postgres.control_schema, default checkpoint.DefaultSchema).
+func (c *Config) controlSchema() string {
+	if s := c.Target.Postgres.ControlSchema; s != "" {
+		return s
+	}
+	return checkpoint.DefaultSchema
 }

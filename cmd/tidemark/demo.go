@@ -14,7 +14,6 @@ import (
 	"tidemark"
 	"tidemark/binlog"
 	"tidemark/internal/workload"
-	"tidemark/sink/postgres"
 	"tidemark/verify"
 )
 
@@ -95,9 +94,9 @@ func demo(ctx context.Context, steps int, log *slog.Logger, out io.Writer) error
 	var src *binlog.Verifier
 	page := newStatusPage(sourceIdentity{Name: demoSource, Flavor: binlog.FlavorMariaDB, Addr: env.MySQLAddr, ServerID: 4201, Version: buildVersion()},
 		statusSource{
-			report: func(ctx context.Context) (*StatusReport, error) { return fullStatus(ctx, src, d.sink, cfg) },
+			report: func(ctx context.Context) (*StatusReport, error) { return fullStatus(ctx, src, d.state, cfg) },
 			lastVerify: func(ctx context.Context) (tidemark.VerifyRun, bool, error) {
-				return d.sink.LastVerifyRun(ctx, demoSource)
+				return lastVerifyRun(ctx, d.state, demoSource)
 			},
 		}, m)
 	d, err = wire(ctx, cfg, log, func(b *tidemark.Batch, s tidemark.ApplyStats, took time.Duration) {
@@ -196,7 +195,7 @@ func demo(ctx context.Context, steps int, log *slog.Logger, out io.Writer) error
 	// updated_at.
 	table := tidemark.TableID{Database: demoDB, Name: "orders"}
 	vc := VerifyConfig{Tables: map[string]VerifyTableConfig{table.String(): {EventTime: "updated_at", Sums: []string{"amount"}}}}
-	rep, err := verify.Tables(ctx, src, postgres.NewVerifier(d.sink), verifyOptions(bc, "", vc, []tidemark.TableID{table}, 0, log, nil))
+	rep, err := verify.Tables(ctx, src, d.state.verifier, verifyOptions(bc, "", vc, []tidemark.TableID{table}, 0, log, nil))
 	if err != nil {
 		return err
 	}

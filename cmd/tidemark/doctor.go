@@ -9,8 +9,6 @@ import (
 
 	"tidemark"
 	"tidemark/binlog"
-	"tidemark/checkpoint"
-	"tidemark/sink/postgres"
 )
 
 // cmdDoctor prints every prerequisite of the source and the target as ok,
@@ -54,21 +52,19 @@ func doctorChecks(ctx context.Context, cfg *Config, log *slog.Logger) ([]tidemar
 	var target []tidemark.Check
 	var stored *tidemark.Position
 	if cfg.Target.Postgres != nil {
-		store, err := checkpoint.New(checkpoint.Config{Schema: cfg.Target.Postgres.ControlSchema})
-		if err != nil {
-			return nil, err
-		}
-		pc := cfg.PostgresSinkConfig()
-		pc.Checkpoints, pc.Logger, pc.SkipInit = store, log, true
-		sink, err := postgres.Open(ctx, pc)
+		state, err := openStateTarget(ctx, cfg, log, openReadOnly)
 		if err != nil {
 			target = []tidemark.Check{{Name: "target connection", Status: tidemark.CheckFix, Found: err.Error(), Fix: "check target.postgres.dsn"}}
 		} else {
-			defer sink.Close()
-			target = sink.Doctor(ctx, store.Schema())
+			defer state.Close()
+			dr, err := need[targetDoctor](state, "tidemark doctor")
+			if err != nil {
+				return nil, err
+			}
+			target = dr.Doctor(ctx, cfg.controlSchema())
 			if target[0].Status == tidemark.CheckOK {
 				// No control table yet reads as an error: no checkpoint.
-				if pos, ok, err := sink.Checkpoint(ctx, cfg.Source.Name); err == nil && ok {
+				if pos, ok, err := state.sink.Checkpoint(ctx, cfg.Source.Name); err == nil && ok {
 					stored = &pos
 				}
 			}
@@ -97,4 +93,10 @@ func printChecks(w io.Writer, checks []tidemark.Check) {
 		}
 		fmt.Fprintf(w, "  %s %s: %s\n", c.Status, c.Name, c.Fix)
 	}
+}
+
+// targetDoctor checks a target's prerequisites (connection, privileges,
+// control tables in controlSchema).
+type targetDoctor interface {
+	Doctor(ctx context.Context, controlSchema string) []tidemark.Check
 }

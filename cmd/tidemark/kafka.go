@@ -100,7 +100,7 @@ func (k *KafkaConfig) Validate(source string) error {
 
 // withKafka returns the sink the pipeline applies to, given the PostgreSQL
 // sink (nil when target.postgres is not configured; pass an untyped nil, not
-// a nil *postgres.Sink) and the target.kafka section (nil when not
+// a typed nil pointer) and the target.kafka section (nil when not
 // configured):
 //
 //   - postgres only: pg;

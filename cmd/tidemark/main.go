@@ -27,6 +27,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 	"time"
 	_ "time/tzdata" // time zones work on a machine without zoneinfo
@@ -35,11 +36,8 @@ import (
 
 	"tidemark"
 	"tidemark/binlog"
-	"tidemark/checkpoint"
 	"tidemark/dedupe"
 	"tidemark/fallback"
-	"tidemark/sink/kafka"
-	"tidemark/sink/postgres"
 	"tidemark/verify"
 )
 
@@ -221,18 +219,52 @@ func loadConfigFlagWith(name string, args []string, stderr io.Writer, extra func
 	return cfg, fs, err
 }
 
+// loadStateCommand starts a one-shot command that reads the source and
+// the state target: it parses --config (and the flags extra adds), loads
+// the config, checks that it has a state target (target.postgres), and
+// returns the command's logger and the source's binlog config. On failure
+// it has printed why and ok is false; exit is the exit code.
+func loadStateCommand(name string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (cfg *Config, log *slog.Logger, bc binlog.Config, exit int, ok bool) {
+	cfg, _, err := loadConfigFlagWith(name, args, stderr, extra)
+	if err != nil {
+		fmt.Fprintln(stderr, "tidemark:", err)
+		return nil, nil, bc, exitUsage, false
+	}
+	if err := cfg.needPostgres(name); err != nil {
+		fmt.Fprintln(stderr, err)
+		return nil, nil, bc, exitUsage, false
+	}
+	log = newLogger(cfg.Log, stderr)
+	if bc, err = cfg.BinlogConfig(); err != nil {
+		fmt.Fprintln(stderr, "tidemark:", err)
+		return nil, nil, bc, exitUsage, false
+	}
+	bc.Logger = log.With("component", "binlog")
+	return cfg, log, bc, exitOK, true
+}
+
 // daemon is the wired pipeline of one source.
 type daemon struct {
 	tailer *binlog.Tailer
 	reader *binlog.Reader
-	// sink is the PostgreSQL sink (table states, verify, status); target
-	// is what the pipeline applies to: sink, or sink then Kafka.
-	sink     *postgres.Sink
-	target   tidemark.Sink
+	// state is the target that keeps the source's state (table states,
+	// verify, status: PostgreSQL); its sink is nil with Kafka alone and
+	// in the scale-out tailer. target is what the pipeline applies to:
+	// state, state then Kafka, or Kafka.
+	state  stateTarget
+	target tidemark.Sink
+	// targetName names target's config sections (errors).
+	targetName string
+	// registry is state's table states and index mirror; nil when it has
+	// none (Kafka alone): catch-ups then ignore table states, and new
+	// tables are streamed from their first change.
+	registry fallback.Registry
 	pipeline *tidemark.Pipeline
-	catchUp  *fallback.CatchUp
-	dedupe   *dedupe.Window // nil when disabled
-	start    tidemark.Position
+	// catchUp is nil when the target cannot store catch-up watermarks
+	// (wire refuses that when the fallback is on).
+	catchUp *fallback.CatchUp
+	dedupe  *dedupe.Window // nil when disabled
+	start   tidemark.Position
 	// afterCatchUp, if set, runs after every automatic catch-up (the
 	// post-load assertion and metrics).
 	afterCatchUp func(ctx context.Context, since time.Time, rowsByTable map[string]int64) error
@@ -241,6 +273,28 @@ type daemon struct {
 	// onCatchUp, if set, is called with true when an automatic catch-up
 	// starts and with false when it ends (status page).
 	onCatchUp func(running bool)
+}
+
+// needCatchUp returns the daemon's catch-up, or an error naming the
+// target that cannot store catch-up watermarks.
+func (d *daemon) needCatchUp(user string) (*fallback.CatchUp, error) {
+	if d.catchUp == nil {
+		return nil, fmt.Errorf("%s needs a target that stores catch-up watermarks (tidemark.WatermarkStore); %s does not", user, d.targetName)
+	}
+	return d.catchUp, nil
+}
+
+// targetName names the pipeline's target for an error message: the
+// config sections it writes to.
+func targetName(cfg *Config) string {
+	var names []string
+	if cfg.Target.Postgres != nil && cfg.Apply == nil {
+		names = append(names, "target.postgres")
+	}
+	if cfg.Target.Kafka != nil {
+		names = append(names, "target.kafka")
+	}
+	return strings.Join(names, " + ")
 }
 
 // wire builds the components from a validated config.
@@ -254,34 +308,21 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 	if err != nil {
 		return nil, err
 	}
-	// sink is the PostgreSQL sink, nil with Kafka alone.
-	var sink *postgres.Sink
-	if cfg.Target.Postgres != nil {
-		store, err := checkpoint.New(checkpoint.Config{Schema: cfg.Target.Postgres.ControlSchema})
-		if err != nil {
-			return nil, err
-		}
-		pc := cfg.PostgresSinkConfig()
-		pc.Checkpoints = store
-		pc.Logger = log.With("component", "postgres")
-		if sink, err = postgres.Open(ctx, pc); err != nil {
-			return nil, err
-		}
+	state, err := openStateTarget(ctx, cfg, log, openDaemon)
+	if err != nil {
+		return nil, err
 	}
 	// With an apply section this daemon is the source's tailer: it writes
-	// Kafka only and uses PostgreSQL for the source's lock (one active
-	// tailer, a standby waiting); the appliers write PostgreSQL.
-	var lock *postgres.Sink
+	// Kafka only and uses the state target for the source's lock (one
+	// active tailer, a standby waiting); the appliers write the state
+	// target.
+	var lock stateTarget
 	if cfg.Apply != nil {
-		lock, sink = sink, nil
+		lock, state = state, stateTarget{}
 	}
 	closeSink := func() {
-		if sink != nil {
-			sink.Close()
-		}
-		if lock != nil {
-			lock.Close()
-		}
+		state.Close()
+		lock.Close()
 	}
 	// The reader stamps what it captures with the epoch and identity the
 	// tailer resolved (a catch-up after a reset binlog or failover).
@@ -307,29 +348,42 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 			delete(bars, name)
 		}
 	}
-	// The pipeline's target: PostgreSQL, PostgreSQL then Kafka, or Kafka.
+	// The pipeline's target: the state target, it then Kafka, or Kafka.
 	var target tidemark.Sink
 	switch {
 	case cfg.Target.Kafka == nil:
-		target = sink
-	case sink == nil:
+		target = state.sink
+	case state.sink == nil:
 		kc := *cfg.Target.Kafka
 		kc.ControlRecords = kc.ControlRecords || cfg.Apply != nil
 		if target, err = withKafka(ctx, nil, &kc, bc.Name, log.With("component", "kafka")); err != nil {
 			closeSink()
 			return nil, err
 		}
-		if lock != nil {
-			ks, _ := target.(*kafka.Sink)
-			target = tailerTarget{Sink: target, kafka: ks, lock: lock, dropTable: cfg.Target.Postgres.DDL.DropTable == postgres.ApplyDDL}
+		if lock.sink != nil {
+			lk, err := need[lockTarget](lock, "the scale-out tailer's lock")
+			if err != nil {
+				target.Close()
+				closeSink()
+				return nil, err
+			}
+			ddl, _ := target.(ddlPublisher)
+			target = tailerTarget{Sink: target, ddl: ddl, lock: lk, dropTable: tailerDropsTables(cfg)}
 		}
 	default:
-		if target, err = withKafka(ctx, sink, cfg.Target.Kafka, bc.Name, log.With("component", "kafka")); err != nil {
-			sink.Close()
+		// Table states, DDL and the source lock stay in the state target.
+		ddl, err1 := need[tidemark.DDLSink](state, "a fan-out to Kafka")
+		locker, err2 := need[tidemark.SourceLocker](state, "a fan-out to Kafka")
+		reg, err3 := need[tidemark.TableRegistry](state, "a fan-out to Kafka")
+		if err := errors.Join(err1, err2, err3); err != nil {
+			closeSink()
 			return nil, err
 		}
-		// Table states, DDL and the source lock stay in PostgreSQL.
-		target = fanoutWithStates{Sink: target, DDLSink: sink, SourceLocker: sink, TableRegistry: sink}
+		if target, err = withKafka(ctx, state.sink, cfg.Target.Kafka, bc.Name, log.With("component", "kafka")); err != nil {
+			closeSink()
+			return nil, err
+		}
+		target = fanoutWithStates{Sink: target, DDLSink: ddl, SourceLocker: locker, TableRegistry: reg}
 	}
 	// What a resync or catch-up reads is stamped with the checkpoint's
 	// epoch until the tailer has looked at the server itself.
@@ -339,21 +393,25 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 	} else if ok {
 		tailer.Seed(stored)
 	}
-	catchTarget, ok := target.(fallback.Target)
-	if !ok {
-		target.Close()
-		return nil, errors.New("wire: the target cannot store catch-up watermarks")
-	}
+	// The catch-up needs a target that stores watermarks, and the state
+	// target's key lists for a key diff (none with Kafka alone).
 	var catchUp *fallback.CatchUp
-	if sink != nil {
-		catchUp, err = fallback.New(fc, reader, catchTarget, sink)
-	} else {
-		catchUp, err = fallback.New(fc, reader, catchTarget) // no key diff with Kafka alone
-	}
-	if err != nil {
+	if catchTarget, ok := target.(fallback.Target); ok {
+		if keys, ok := state.sink.(tidemark.KeyTarget); ok {
+			catchUp, err = fallback.New(fc, reader, catchTarget, keys)
+		} else {
+			catchUp, err = fallback.New(fc, reader, catchTarget)
+		}
+		if err != nil {
+			target.Close()
+			return nil, err
+		}
+	} else if cfg.FallbackOn() {
 		target.Close()
-		return nil, err
+		return nil, fmt.Errorf("wire: the fallback (fallback.enabled) needs a target that stores catch-up watermarks (tidemark.WatermarkStore); %s does not", targetName(cfg))
 	}
+	registry, _ := state.sink.(fallback.Registry)
+	clock, _ := state.sink.(tidemark.Clock)
 	// The catch-up as the pipeline runs it: then the post-load duplicate
 	// assertion on the rows just loaded, and the metrics.
 	runCatchUp := func(ctx context.Context) (tidemark.Position, error) {
@@ -361,16 +419,18 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 			d.onCatchUp(true)
 			defer d.onCatchUp(false)
 		}
-		if sink == nil {
+		if registry == nil {
 			// Kafka alone: no table states to honour, no assertion.
 			rep, err := catchUp.RunReport(ctx, nil)
 			return rep.Snapshot.Position, err
 		}
-		since, err := sink.Now(ctx)
-		if err != nil {
-			return tidemark.Position{}, err
+		var since time.Time
+		if clock != nil {
+			if since, err = clock.Now(ctx); err != nil {
+				return tidemark.Position{}, err
+			}
 		}
-		rep, err := catchUp.RunStreaming(ctx, reader, sink, target)
+		rep, err := catchUp.RunStreaming(ctx, reader, registry, target)
 		if err != nil {
 			return rep.Snapshot.Position, err
 		}
@@ -394,11 +454,11 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 			}
 		},
 	}
-	if sink != nil {
-		// New tables are snapshotted into PostgreSQL (it knows which
-		// tables it has); with Kafka alone they are streamed from their
-		// first change.
-		pc2.Snapshot = catchUp.Snapshotter(reader, sink, nil)
+	if registry != nil && catchUp != nil {
+		// New tables are snapshotted into the state target (it knows
+		// which tables it has); with Kafka alone they are streamed from
+		// their first change.
+		pc2.Snapshot = catchUp.Snapshotter(reader, registry, nil)
 	}
 	if cfg.FallbackOn() {
 		pc2.CatchUp = runCatchUp
@@ -424,96 +484,8 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 		return nil, err
 	}
 	start, _ := tidemark.ParsePosition(cfg.Source.StartPosition)
-	*d = daemon{tailer: tailer, reader: reader, sink: sink, target: target, pipeline: p, catchUp: catchUp, dedupe: window, start: start}
+	*d = daemon{tailer: tailer, reader: reader, state: state, target: target, targetName: targetName(cfg), registry: registry, pipeline: p, catchUp: catchUp, dedupe: window, start: start}
 	return d, nil
-}
-
-// tailerTarget is the Kafka sink of the scale-out tailer, with the source's
-// lock held in PostgreSQL (tidemark.SourceLocker), so that of two tailers
-// of one source one streams and the other waits.
-type tailerTarget struct {
-	tidemark.Sink
-	kafka *kafka.Sink
-	lock  *postgres.Sink
-	// dropTable is target.postgres.ddl.drop_table: apply.
-	dropTable bool
-}
-
-// ApplyDDL implements tidemark.DDLSink for the appliers: a TRUNCATE, and a
-// DROP TABLE when ddl.drop_table is apply, is published as a control record
-// on every partition of the table's topic (each applier removes the rows
-// older than it; for a DROP, the target table once none is left); an ALTER
-// TABLE travels as the schema record of the next row. With ddl.drop_table:
-// refuse (the default) a DROP TABLE quarantines the table in the tailer and
-// the appliers keep its target rows, as without the topology.
-func (t tailerTarget) ApplyDDL(ctx context.Context, source string, events []tidemark.DDLEvent, checkpoint tidemark.Position) error {
-	for _, ev := range events {
-		if ev.Op == tidemark.DDLDropTable && !t.dropTable {
-			stmt := "DROP TABLE"
-			if ev.Reason != "" {
-				stmt += " (" + ev.Reason + ")"
-			}
-			return &tidemark.TableError{Table: ev.Table, Err: fmt.Errorf("%s refused by the configuration (ddl.drop_table: refuse); not published to the appliers, which keep the target table as it was: %w", stmt, tidemark.ErrDDLRefused)}
-		}
-	}
-	if t.kafka == nil {
-		return errors.New("apply DDL: the tailer's sink is not the Kafka sink")
-	}
-	return t.kafka.PublishDDL(ctx, source, events, checkpoint)
-}
-
-// TryLockSource implements tidemark.SourceLocker with the PostgreSQL lock.
-func (t tailerTarget) TryLockSource(ctx context.Context, source string) (func(), bool, error) {
-	return t.lock.TryLockSource(ctx, source)
-}
-
-// Activate implements tidemark.Activator.
-func (t tailerTarget) Activate(ctx context.Context) error {
-	if a, ok := t.Sink.(tidemark.Activator); ok {
-		return a.Activate(ctx)
-	}
-	return nil
-}
-
-// Watermark implements tidemark.WatermarkStore (the Kafka sink's).
-func (t tailerTarget) Watermark(ctx context.Context, source string, table tidemark.TableID) (time.Time, bool, error) {
-	ws, ok := t.Sink.(tidemark.WatermarkStore)
-	if !ok {
-		return time.Time{}, false, errors.New("the tailer's sink cannot read watermarks")
-	}
-	return ws.Watermark(ctx, source, table)
-}
-
-// Close closes the Kafka sink and the lock's connections.
-func (t tailerTarget) Close() error {
-	return errors.Join(t.Sink.Close(), t.lock.Close())
-}
-
-// fanoutWithStates is the PostgreSQL + Kafka fan-out (tidemark.Fanout);
-// table states, DDL and the per-source lock are PostgreSQL's.
-type fanoutWithStates struct {
-	tidemark.Sink
-	tidemark.DDLSink
-	tidemark.SourceLocker
-	tidemark.TableRegistry
-}
-
-// Activate implements tidemark.Activator: it activates the fan-out (the
-// Kafka sink's transactional producer), once the pipeline holds the lock.
-func (f fanoutWithStates) Activate(ctx context.Context) error {
-	if a, ok := f.Sink.(tidemark.Activator); ok {
-		return a.Activate(ctx)
-	}
-	return nil
-}
-
-// Watermark implements tidemark.WatermarkStore: the oldest of the sinks'.
-func (f fanoutWithStates) Watermark(ctx context.Context, source string, table tidemark.TableID) (time.Time, bool, error) {
-	ws, ok := f.Sink.(tidemark.WatermarkStore)
-	if !ok {
-		return time.Time{}, false, errors.New("the fan-out cannot read watermarks")
-	}
-	return ws.Watermark(ctx, source, table)
 }
 
 func (d *daemon) Close() {
@@ -540,16 +512,16 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 	page := newStatusPage(sourceIdentity{Name: cfg.Source.Name, Flavor: orDefault(cfg.Source.Flavor, binlog.FlavorMariaDB),
 		Addr: cfg.Source.Addr, ServerID: cfg.Source.ServerID, Version: buildVersion()}, statusSource{
 		report: func(ctx context.Context) (*StatusReport, error) {
-			if d == nil || d.sink == nil || src == nil {
+			if d == nil || d.state.sink == nil || src == nil {
 				return nil, errors.New("no PostgreSQL target to read the status from (yet)")
 			}
-			return fullStatus(ctx, src, d.sink, cfg)
+			return fullStatus(ctx, src, d.state, cfg)
 		},
 		lastVerify: func(ctx context.Context) (tidemark.VerifyRun, bool, error) {
-			if d == nil || d.sink == nil {
+			if d == nil {
 				return tidemark.VerifyRun{}, false, nil
 			}
-			return d.sink.LastVerifyRun(ctx, cfg.Source.Name)
+			return lastVerifyRun(ctx, d.state, cfg.Source.Name)
 		},
 	}, m)
 	log = slog.New(page.Tee(log.Handler()))
@@ -584,8 +556,8 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 	if d.dedupe != nil {
 		m.WatchDedupe(func(f func(string, uint64)) { d.dedupe.Stats().Each(f) })
 	}
-	if d.sink != nil {
-		m.WatchDirectInserts(d.sink.DirectInserts)
+	if di, ok := d.state.sink.(directInserter); ok {
+		m.WatchDirectInserts(di.DirectInserts)
 	}
 	bc, _ := cfg.BinlogConfig()
 	bc.Logger = log.With("component", "verify")
@@ -599,9 +571,14 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 	d.onCatchUp = page.SetCatchUp
 	m.SetStatusPage(page)
 	g, gctx := errgroup.WithContext(ctx)
-	if d.sink != nil {
-		// The post-load duplicate assertion runs on PostgreSQL.
-		as := verify.NewAsserter(d.sink, cfg.Verify.assert(), log.With("component", "assert"), m.Error)
+	if d.state.sink != nil {
+		// The post-load duplicate assertion runs on the state target.
+		at, err := need[tidemark.AssertTarget](d.state, "the post-load duplicate assertion")
+		if err != nil {
+			log.Error("start failed", "err", err)
+			return exitFailed
+		}
+		as := verify.NewAsserter(at, cfg.Verify.assert(), log.With("component", "assert"), m.Error)
 		d.afterCatchUp = func(ctx context.Context, since time.Time, rows map[string]int64) error {
 			m.FallbackRun(rows)
 			return as.AfterLoad(ctx, since)
@@ -609,7 +586,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 		g.Go(func() error { return as.Run(gctx) })
 	}
 	g.Go(func() error { return m.Serve(gctx, cfg.Metrics, log.With("component", "metrics")) })
-	if d.sink != nil && cfg.Metrics.Listen != "off" {
+	if d.state.sink != nil && cfg.Metrics.Listen != "off" {
 		g.Go(func() error { return page.WatchVerify(gctx, time.Minute) })
 	}
 	g.Go(func() error {

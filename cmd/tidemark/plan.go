@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 
+	"tidemark"
 	"tidemark/binlog"
-	"tidemark/checkpoint"
-	"tidemark/sink/postgres"
 )
 
 // cmdPlan prints the DDL tidemark would run on the PostgreSQL target for
@@ -18,34 +16,27 @@ import (
 // read in read-only transactions). Indexes that cannot be mirrored are
 // named on stderr.
 func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cfg, _, err := loadConfigFlag("plan", args, stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, "tidemark:", err)
-		return exitUsage
+	cfg, log, bc, exit, ok := loadStateCommand("plan", args, stderr, nil)
+	if !ok {
+		return exit
 	}
-	if err := cfg.needPostgres("plan"); err != nil {
-		fmt.Fprintln(stderr, err)
-		return exitUsage
-	}
-	log := newLogger(cfg.Log, stderr)
-	bc, err := cfg.BinlogConfig()
-	if err != nil {
-		fmt.Fprintln(stderr, "tidemark:", err)
-		return exitUsage
-	}
-	bc.Logger = log.With("component", "binlog")
 	reader, err := binlog.NewReader(bc)
 	if err != nil {
 		fmt.Fprintln(stderr, "tidemark:", err)
 		return exitUsage
 	}
 	defer reader.Close()
-	sink, err := openCommandSink(ctx, cfg, log, true)
+	state, err := openStateTarget(ctx, cfg, log, openReadOnly)
 	if err != nil {
 		log.Error("plan failed", "err", err)
 		return exitFailed
 	}
-	defer sink.Close()
+	defer state.Close()
+	pl, err := need[planner](state, "tidemark plan")
+	if err != nil {
+		log.Error("plan failed", "err", err)
+		return exitFailed
+	}
 	tables, err := reader.Tables(ctx)
 	if err != nil {
 		log.Error("plan failed", "err", err)
@@ -64,7 +55,7 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			log.Error("plan failed", "table", id.String(), "err", err)
 			return exitFailed
 		}
-		stmts, err := sink.Plan(ctx, t, idx)
+		stmts, err := pl.Plan(ctx, t, idx)
 		if err != nil {
 			fmt.Fprintf(stdout, "\n-- %s: cannot be aligned: %v\n", id, err)
 			failed = true
@@ -85,18 +76,8 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// openCommandSink opens the PostgreSQL sink for a command that is not the
-// daemon (3 attempts per operation). With readOnly it leaves the control
-// tables alone.
-func openCommandSink(ctx context.Context, cfg *Config, log *slog.Logger, readOnly bool) (*postgres.Sink, error) {
-	store, err := checkpoint.New(checkpoint.Config{Schema: cfg.Target.Postgres.ControlSchema})
-	if err != nil {
-		return nil, err
-	}
-	pc := cfg.PostgresSinkConfig()
-	pc.Checkpoints = store
-	pc.Logger = log.With("component", "postgres")
-	pc.Retry.Attempts = 3
-	pc.SkipInit = readOnly
-	return postgres.Open(ctx, pc)
+// planner prints the DDL that aligning a target table with t and its
+// secondary indexes takes, without running it.
+type planner interface {
+	Plan(ctx context.Context, t *tidemark.Table, idx []tidemark.Index) ([]string, error)
 }

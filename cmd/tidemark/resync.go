@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -85,6 +86,14 @@ func cmdResync(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitFailed
 	}
 	defer d.Close()
+	catchUp, err := d.needCatchUp("tidemark resync")
+	reg, err2 := need[fallback.Registry](d.state, "tidemark resync")
+	locker, err3 := need[tidemark.SourceLocker](d.state, "tidemark resync")
+	clock, err4 := need[tidemark.Clock](d.state, "tidemark resync")
+	if err := errors.Join(err, err2, err3, err4); err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitUsage
+	}
 	source := cfg.Source.Name
 	present, err := d.reader.Tables(ctx)
 	if err != nil {
@@ -102,7 +111,7 @@ func cmdResync(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 	}
 
-	release, free, err := d.sink.TryLockSource(ctx, source)
+	release, free, err := locker.TryLockSource(ctx, source)
 	if err != nil {
 		log.Error("resync failed", "err", err)
 		return exitFailed
@@ -111,9 +120,9 @@ func cmdResync(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		// No daemon: resync here, holding the source's lock (a daemon
 		// starting meanwhile waits for it).
 		defer release()
-		snap := d.catchUp.Snapshotter(d.reader, d.sink, func(rep fallback.Report) { printCatchupReport(stdout, rep) })
+		snap := catchUp.Snapshotter(d.reader, reg, func(rep fallback.Report) { printCatchupReport(stdout, rep) })
 		for _, id := range ids {
-			st, err := tidemark.Resnapshot(ctx, d.sink, source, id, snap, "resync requested")
+			st, err := tidemark.Resnapshot(ctx, reg, source, id, snap, "resync requested")
 			if err != nil {
 				log.Error("resync failed; the table stays out of streaming until a resync succeeds", "table", id.String(), "err", err)
 				return exitFailed
@@ -124,14 +133,14 @@ func cmdResync(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 
 	// A daemon is running: it performs the resync between two batches.
-	requested, err := d.sink.Now(ctx)
+	requested, err := clock.Now(ctx)
 	if err != nil {
 		log.Error("resync failed", "err", err)
 		return exitFailed
 	}
 	for _, id := range ids {
 		st := tidemark.TableState{Table: id, Mode: tidemark.TableResyncRequested, Reason: "requested by tidemark resync"}
-		if err := d.sink.SetTableState(ctx, source, st); err != nil {
+		if err := reg.SetTableState(ctx, source, st); err != nil {
 			log.Error("resync request failed", "table", id.String(), "err", err)
 			return exitFailed
 		}
@@ -146,7 +155,7 @@ func cmdResync(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		pending[id] = true
 	}
 	for len(pending) > 0 {
-		states, err := d.sink.TableStates(ctx, source)
+		states, err := reg.TableStates(ctx, source)
 		if err != nil {
 			log.Error("read table states failed", "err", err)
 			return exitFailed

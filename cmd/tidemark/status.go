@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -12,9 +11,7 @@ import (
 
 	"tidemark"
 	"tidemark/binlog"
-	"tidemark/checkpoint"
 	"tidemark/sink/kafka"
-	"tidemark/sink/postgres"
 )
 
 // Table modes. There is no per-table state store yet: every table found in
@@ -88,7 +85,7 @@ type StatusApplyPartition struct {
 
 // applyStatus reads the apply group's partitions from Kafka and their
 // offsets from PostgreSQL.
-func applyStatus(ctx context.Context, sink *postgres.Sink, cfg *Config) (*StatusApply, error) {
+func applyStatus(ctx context.Context, sink offsetReader, cfg *Config) (*StatusApply, error) {
 	ac := cfg.applierConfig(nil)
 	parts, err := kafka.GroupStatus(ctx, ac)
 	if err != nil {
@@ -130,6 +127,12 @@ func statusRetention(r tidemark.Retention) *StatusRetention {
 		sr.HeadroomSeconds = &h
 	}
 	return sr
+}
+
+// offsetReader reads the stream offsets the appliers stored in the target
+// (tidemark.StreamTarget's Offsets).
+type offsetReader interface {
+	Offsets(ctx context.Context, group, topic string) ([]tidemark.StreamOffset, error)
 }
 
 // sourceStatus is what status reads from the source.
@@ -187,27 +190,12 @@ func buildStatus(ctx context.Context, src sourceStatus, dst targetStatus, source
 // cmdStatus implements `tidemark status [--json]`: the checkpoint, the
 // binlog retention headroom, and per table the watermark, mode and lag.
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("config", "tidemark.yaml", "path to the YAML config")
-	asJSON := fs.Bool("json", false, "print the status as JSON")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
-	}
-	cfg, err := LoadConfig(*path)
-	if err != nil {
-		fmt.Fprintln(stderr, "tidemark:", err)
-		return exitUsage
-	}
-	if err := cfg.needPostgres("status"); err != nil {
-		fmt.Fprintln(stderr, err)
-		return exitUsage
-	}
-	log := newLogger(cfg.Log, stderr)
-	bc, err := cfg.BinlogConfig()
-	if err != nil {
-		fmt.Fprintln(stderr, "tidemark:", err)
-		return exitUsage
+	var asJSON bool
+	cfg, log, bc, exit, ok := loadStateCommand("status", args, stderr, func(fs *flagSet) {
+		fs.BoolVar(&asJSON, "json", false, "print the status as JSON")
+	})
+	if !ok {
+		return exit
 	}
 	src, err := binlog.NewVerifier(bc)
 	if err != nil {
@@ -215,22 +203,18 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitUsage
 	}
 	defer src.Close()
-	controlSchema := cfg.Target.Postgres.ControlSchema
-	if controlSchema == "" {
-		controlSchema = checkpoint.DefaultSchema
-	}
-	sink, err := openCommandSink(ctx, cfg, log, false)
+	state, err := openStateTarget(ctx, cfg, log, openCommand)
 	if err != nil {
 		log.Error("status failed", "err", err)
 		return exitFailed
 	}
-	defer sink.Close()
-	rep, err := fullStatus(ctx, src, sink, cfg)
+	defer state.Close()
+	rep, err := fullStatus(ctx, src, state, cfg)
 	if err != nil {
 		log.Error("status failed", "err", err)
 		return exitFailed
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
@@ -243,31 +227,56 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
 // fullStatus is the status of cfg's source: checkpoint, retention, tables
-// with their recorded modes.
-func fullStatus(ctx context.Context, src *binlog.Verifier, sink *postgres.Sink, cfg *Config) (*StatusReport, error) {
-	controlSchema := cfg.Target.Postgres.ControlSchema
-	if controlSchema == "" {
-		controlSchema = checkpoint.DefaultSchema
+// with their recorded modes (and the apply group's offsets in the
+// scale-out topology), read from the state target.
+func fullStatus(ctx context.Context, src sourceStatus, state stateTarget, cfg *Config) (*StatusReport, error) {
+	dst, err := need[targetStatus](state, "tidemark status")
+	if err != nil {
+		return nil, err
 	}
+	reg, err := need[tidemark.TableRegistry](state, "tidemark status")
+	if err != nil {
+		return nil, err
+	}
+	controlSchema := cfg.controlSchema()
 	var schemas []string
 	if s := cfg.Target.Postgres.Schema; s != "" {
 		schemas = []string{s}
 	}
-	rep, err := buildStatus(ctx, src, sink, cfg.Source.Name, controlSchema, schemas)
+	rep, err := buildStatus(ctx, src, dst, cfg.Source.Name, controlSchema, schemas)
 	if err != nil {
 		return nil, err
 	}
-	states, err := sink.TableStates(ctx, cfg.Source.Name)
+	states, err := reg.TableStates(ctx, cfg.Source.Name)
 	if err != nil {
 		return nil, err
 	}
 	applyTableStates(rep, states, cfg.Target.Postgres.Schema)
 	if cfg.Apply != nil && cfg.Target.Kafka != nil {
-		if rep.Apply, err = applyStatus(ctx, sink, cfg); err != nil {
+		offs, err := need[offsetReader](state, "the apply group's status")
+		if err != nil {
+			return nil, err
+		}
+		if rep.Apply, err = applyStatus(ctx, offs, cfg); err != nil {
 			return nil, err
 		}
 	}
 	return rep, nil
+}
+
+// verifyRunReader reads the last recorded `tidemark verify` run.
+type verifyRunReader interface {
+	LastVerifyRun(ctx context.Context, source string) (tidemark.VerifyRun, bool, error)
+}
+
+// lastVerifyRun is the status page's last verify run of source: none when
+// the state target records no runs.
+func lastVerifyRun(ctx context.Context, state stateTarget, source string) (tidemark.VerifyRun, bool, error) {
+	r, ok := state.sink.(verifyRunReader)
+	if !ok {
+		return tidemark.VerifyRun{}, false, nil
+	}
+	return r.LastVerifyRun(ctx, source)
 }
 
 func fmtTime(t *time.Time) string {

@@ -15,8 +15,6 @@ import (
 
 	"tidemark"
 	"tidemark/binlog"
-	"tidemark/checkpoint"
-	"tidemark/sink/postgres"
 	"tidemark/verify"
 )
 
@@ -232,26 +230,25 @@ func runVerify(ctx context.Context, cfg *Config, vc VerifyConfig, tables []strin
 		return nil, err
 	}
 	defer src.Close()
-	store, err := checkpoint.New(checkpoint.Config{Schema: cfg.Target.Postgres.ControlSchema})
+	state, err := openStateTarget(ctx, cfg, log, openCommand)
 	if err != nil {
 		return nil, err
 	}
-	pc := cfg.PostgresSinkConfig()
-	pc.Checkpoints = store
-	pc.Logger = log.With("component", "postgres")
-	pc.Retry.Attempts = 3
-	sink, err := postgres.Open(ctx, pc)
+	defer state.Close()
+	rec, err := need[verifyRunRecorder](state, "tidemark verify")
 	if err != nil {
 		return nil, err
 	}
-	defer sink.Close()
-	rep, err := verify.Tables(ctx, src, postgres.NewVerifier(sink), verifyOptions(bc, cfg.Target.Postgres.Schema, vc, ids, since, log, progressOut))
+	if state.verifier == nil {
+		return nil, fmt.Errorf("tidemark verify needs target.%s to compute checksums (tidemark.TargetVerifier), which it does not", state.name)
+	}
+	rep, err := verify.Tables(ctx, src, state.verifier, verifyOptions(bc, cfg.Target.Postgres.Schema, vc, ids, since, log, progressOut))
 	if err != nil {
 		return nil, err
 	}
 	// Kept in the target for the daemon's status page and metrics; the
 	// report stands without it.
-	if err := sink.RecordVerifyRun(ctx, rep.Run()); err != nil {
+	if err := rec.RecordVerifyRun(ctx, rep.Run()); err != nil {
 		log.Warn("could not record the verify run in the target", "err", err)
 	}
 	return rep, nil

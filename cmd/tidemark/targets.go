@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"time"
+
+	"tidemark"
+	"tidemark/checkpoint"
+	"tidemark/sink/postgres"
+)
+
+// This file is where the targets are opened: a new target is its package
+// plus a case in openStateTarget (a target that keeps the source's state
+// with the data) or beside withKafka (one that only receives the changes).
+// Everything else in cmd sees a target through root interfaces, found by
+// type assertion (need): a capability a command does not use is never
+// asked for, and one it uses but the target lacks is an error naming both.
+
+// openMode is how a command uses the target it opens.
+type openMode int
+
+const (
+	// openDaemon: the daemon and the applier (control tables created,
+	// retries as configured).
+	openDaemon openMode = iota
+	// openCommand: a one-shot command (3 attempts per operation).
+	openCommand
+	// openReadOnly: a one-shot command that changes nothing in the
+	// target (its control tables are left alone; 3 attempts).
+	openReadOnly
+)
+
+// stateTarget is the target that keeps tidemark's state beside the data:
+// the checkpoint, catch-up watermarks, table states, the source's lock,
+// the key lists of a key diff (target.postgres). Its other capabilities
+// are root interfaces, asked for with need.
+type stateTarget struct {
+	// name is the config section, target.<name>.
+	name string
+	// sink is the target; nil when the config has no state target
+	// (Kafka alone).
+	sink tidemark.Sink
+	// verifier computes the target side of `tidemark verify`.
+	verifier tidemark.TargetVerifier
+}
+
+// openStateTarget opens the config's state target. With none configured
+// (Kafka alone) it returns a stateTarget with a nil sink and no error.
+func openStateTarget(ctx context.Context, cfg *Config, log *slog.Logger, mode openMode) (stateTarget, error) {
+	switch {
+	case cfg.Target.Postgres != nil:
+		store, err := checkpoint.New(checkpoint.Config{Schema: cfg.Target.Postgres.ControlSchema})
+		if err != nil {
+			return stateTarget{}, err
+		}
+		pc := cfg.PostgresSinkConfig()
+		pc.Checkpoints = store
+		pc.Logger = log.With("component", "postgres")
+		if mode != openDaemon {
+			pc.Retry.Attempts = 3
+		}
+		pc.SkipInit = mode == openReadOnly
+		s, err := postgres.Open(ctx, pc)
+		if err != nil {
+			return stateTarget{}, err
+		}
+		return stateTarget{name: "postgres", sink: s, verifier: postgres.NewVerifier(s)}, nil
+	}
+	return stateTarget{}, nil
+}
+
+// PostgresSinkConfig builds the sink's config (checkpoints and logger are
+// filled in by the caller).
+func (c *Config) PostgresSinkConfig() postgres.Config {
+	p := c.Target.Postgres
+	return postgres.Config{DSN: p.DSN, TargetSchema: p.Schema, ControlSchema: p.ControlSchema, DeleteMode: postgres.DeleteMode(p.DeleteMode), MaxConns: p.MaxConns,
+		ApplyTimeout: p.ApplyTimeout,
+		Schema:       postgres.SchemaPolicy{DropColumns: p.DropColumns, DropTable: p.DDL.DropTable, Truncate: p.DDL.Truncate},
+		SkipIndexes:  p.Mirror.Indexes != nil && !*p.Mirror.Indexes,
+		SkipNotNull:  p.Mirror.NotNull != nil && !*p.Mirror.NotNull}
+}
+
+// Close closes the target (a no-op without one).
+func (t stateTarget) Close() error {
+	if t.sink == nil {
+		return nil
+	}
+	return t.sink.Close()
+}
+
+// need returns capability T of target t, or an error naming the target,
+// the capability (its root interface) and what needs it: "tidemark status
+// needs target.postgres to implement tidemark.TableRegistry".
+func need[T any](t stateTarget, user string) (T, error) {
+	c, ok := t.sink.(T)
+	if !ok {
+		var zero T
+		if t.sink == nil {
+			return zero, fmt.Errorf("%s needs a target that keeps the source's state (target.postgres); this config has none", user)
+		}
+		return zero, fmt.Errorf("%s needs target.%s to implement %s, which it does not", user, t.name, reflect.TypeFor[T]())
+	}
+	return c, nil
+}
+
+// tailerTarget is the Kafka sink of the scale-out tailer, with the source's
+// lock held in the state target (tidemark.SourceLocker), so that of two
+// tailers of one source one streams and the other waits.
+type tailerTarget struct {
+	tidemark.Sink
+	// ddl publishes DDL to the appliers (the Kafka sink's PublishDDL).
+	ddl  ddlPublisher
+	lock lockTarget
+	// dropTable is target.postgres.ddl.drop_table: apply.
+	dropTable bool
+}
+
+// ddlPublisher is a sink that carries DDL to the appliers of the
+// scale-out topology (kafka.Sink).
+type ddlPublisher interface {
+	PublishDDL(ctx context.Context, source string, events []tidemark.DDLEvent, checkpoint tidemark.Position) error
+}
+
+// lockTarget is the target holding the scale-out tailer's lock.
+type lockTarget interface {
+	tidemark.SourceLocker
+	Close() error
+}
+
+// tailerDropsTables reports whether the scale-out tailer publishes a
+// source's DROP TABLE to the appliers (target.postgres.ddl.drop_table:
+// apply).
+func tailerDropsTables(cfg *Config) bool {
+	return cfg.Target.Postgres != nil && cfg.Target.Postgres.DDL.DropTable == postgres.ApplyDDL
+}
+
+// ApplyDDL implements tidemark.DDLSink for the appliers: a TRUNCATE, and a
+// DROP TABLE when ddl.drop_table is apply, is published as a control record
+// on every partition of the table's topic (each applier removes the rows
+// older than it; for a DROP, the target table once none is left); an ALTER
+// TABLE travels as the schema record of the next row. With ddl.drop_table:
+// refuse (the default) a DROP TABLE quarantines the table in the tailer and
+// the appliers keep its target rows, as without the topology.
+func (t tailerTarget) ApplyDDL(ctx context.Context, source string, events []tidemark.DDLEvent, checkpoint tidemark.Position) error {
+	for _, ev := range events {
+		if ev.Op == tidemark.DDLDropTable && !t.dropTable {
+			stmt := "DROP TABLE"
+			if ev.Reason != "" {
+				stmt += " (" + ev.Reason + ")"
+			}
+			return &tidemark.TableError{Table: ev.Table, Err: fmt.Errorf("%s refused by the configuration (ddl.drop_table: refuse); not published to the appliers, which keep the target table as it was: %w", stmt, tidemark.ErrDDLRefused)}
+		}
+	}
+	if t.ddl == nil {
+		return errors.New("apply DDL: the tailer's sink is not the Kafka sink")
+	}
+	return t.ddl.PublishDDL(ctx, source, events, checkpoint)
+}
+
+// TryLockSource implements tidemark.SourceLocker with the state target's
+// lock.
+func (t tailerTarget) TryLockSource(ctx context.Context, source string) (func(), bool, error) {
+	return t.lock.TryLockSource(ctx, source)
+}
+
+// Activate implements tidemark.Activator.
+func (t tailerTarget) Activate(ctx context.Context) error {
+	if a, ok := t.Sink.(tidemark.Activator); ok {
+		return a.Activate(ctx)
+	}
+	return nil
+}
+
+// Watermark implements tidemark.WatermarkStore (the Kafka sink's).
+func (t tailerTarget) Watermark(ctx context.Context, source string, table tidemark.TableID) (time.Time, bool, error) {
+	ws, ok := t.Sink.(tidemark.WatermarkStore)
+	if !ok {
+		return time.Time{}, false, errors.New("the tailer's sink cannot read watermarks")
+	}
+	return ws.Watermark(ctx, source, table)
+}
+
+// Close closes the Kafka sink and the lock's connections.
+func (t tailerTarget) Close() error {
+	return errors.Join(t.Sink.Close(), t.lock.Close())
+}
+
+// fanoutWithStates is the state target + Kafka fan-out (tidemark.Fanout);
+// table states, DDL and the per-source lock are the state target's.
+type fanoutWithStates struct {
+	tidemark.Sink
+	tidemark.DDLSink
+	tidemark.SourceLocker
+	tidemark.TableRegistry
+}
+
+// Activate implements tidemark.Activator: it activates the fan-out (the
+// Kafka sink's transactional producer), once the pipeline holds the lock.
+func (f fanoutWithStates) Activate(ctx context.Context) error {
+	if a, ok := f.Sink.(tidemark.Activator); ok {
+		return a.Activate(ctx)
+	}
+	return nil
+}
+
+// Watermark implements tidemark.WatermarkStore: the oldest of the sinks'.
+func (f fanoutWithStates) Watermark(ctx context.Context, source string, table tidemark.TableID) (time.Time, bool, error) {
+	ws, ok := f.Sink.(tidemark.WatermarkStore)
+	if !ok {
+		return time.Time{}, false, errors.New("the fan-out cannot read watermarks")
+	}
+	return ws.Watermark(ctx, source, table)
+}
+
+// directInserter counts the rows a target inserted without a conflict
+// check (the PostgreSQL sink's first-load fast path; a metric).
+type directInserter interface {
+	DirectInserts() (rows, conflicts int64)
+}
+
+// verifyRunRecorder keeps the last `tidemark verify` run in the target,
+// for the daemon's status page and metrics.
+type verifyRunRecorder interface {
+	RecordVerifyRun(ctx context.Context, r tidemark.VerifyRun) error
+}
