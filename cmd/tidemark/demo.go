@@ -14,6 +14,7 @@ import (
 	"tidemark"
 	"tidemark/binlog"
 	"tidemark/internal/workload"
+	"tidemark/status"
 	"tidemark/verify"
 )
 
@@ -92,13 +93,8 @@ func demo(ctx context.Context, steps int, log *slog.Logger, out io.Writer) error
 	m := NewMetrics()
 	var d *daemon
 	var src *binlog.Verifier
-	page := newStatusPage(sourceIdentity{Name: demoSource, Flavor: binlog.FlavorMariaDB, Addr: env.MySQLAddr, ServerID: 4201, Version: buildVersion()},
-		statusSource{
-			report: func(ctx context.Context) (*StatusReport, error) { return fullStatus(ctx, src, d.state, cfg) },
-			lastVerify: func(ctx context.Context) (tidemark.VerifyRun, bool, error) {
-				return lastVerifyRun(ctx, d.state, demoSource)
-			},
-		}, m)
+	page := status.NewPage(status.Identity{Name: demoSource, Flavor: binlog.FlavorMariaDB, Addr: env.MySQLAddr, ServerID: 4201, Version: buildVersion()},
+		pageSources(cfg, m, func() (*daemon, *binlog.Verifier) { return d, src }))
 	d, err = wire(ctx, cfg, log, func(b *tidemark.Batch, s tidemark.ApplyStats, took time.Duration) {
 		changes.Add(int64(len(b.Changes)))
 		total.Add(s)

@@ -38,6 +38,7 @@ import (
 	"tidemark/binlog"
 	"tidemark/dedupe"
 	"tidemark/fallback"
+	"tidemark/status"
 	"tidemark/verify"
 )
 
@@ -509,21 +510,9 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 	// d and src, set below; it keeps the warnings and errors logged.
 	var d *daemon
 	var src *binlog.Verifier
-	page := newStatusPage(sourceIdentity{Name: cfg.Source.Name, Flavor: orDefault(cfg.Source.Flavor, binlog.FlavorMariaDB),
-		Addr: cfg.Source.Addr, ServerID: cfg.Source.ServerID, Version: buildVersion()}, statusSource{
-		report: func(ctx context.Context) (*StatusReport, error) {
-			if d == nil || d.state.sink == nil || src == nil {
-				return nil, errors.New("no PostgreSQL target to read the status from (yet)")
-			}
-			return fullStatus(ctx, src, d.state, cfg)
-		},
-		lastVerify: func(ctx context.Context) (tidemark.VerifyRun, bool, error) {
-			if d == nil {
-				return tidemark.VerifyRun{}, false, nil
-			}
-			return lastVerifyRun(ctx, d.state, cfg.Source.Name)
-		},
-	}, m)
+	page := status.NewPage(status.Identity{Name: cfg.Source.Name, Flavor: orDefault(cfg.Source.Flavor, binlog.FlavorMariaDB),
+		Addr: cfg.Source.Addr, ServerID: cfg.Source.ServerID, Version: buildVersion()},
+		pageSources(cfg, m, func() (*daemon, *binlog.Verifier) { return d, src }))
 	log = slog.New(page.Tee(log.Handler()))
 	// SIGINT and SIGTERM are already caught (run): from this line on they
 	// stop the daemon cleanly.

@@ -270,6 +270,17 @@ func (m *Metrics) WatchDedupe(each func(func(name string, v uint64))) {
 	m.mu.Unlock()
 }
 
+// EachDedupe calls f with each dedupe counter, once WatchDedupe was called
+// (the status page).
+func (m *Metrics) EachDedupe(f func(name string, v uint64)) {
+	m.mu.Lock()
+	each := m.dedupe
+	m.mu.Unlock()
+	if each != nil {
+		each(f)
+	}
+}
+
 // WatchDirectInserts exposes the PostgreSQL sink's direct insert path:
 // rows COPYed straight into their table, and attempts that met an
 // existing key and were staged instead (read at scrape time).
@@ -429,23 +440,4 @@ func (m *Metrics) serveOn(ctx context.Context, ln net.Listener, log *slog.Logger
 	_ = srv.Shutdown(sctx)
 	<-errc
 	return nil
-}
-
-// formatHeadroom formats a retention headroom for people.
-func formatHeadroom(r tidemark.Retention) string {
-	switch {
-	case r.Purged:
-		return "PURGED"
-	case r.Unbounded:
-		return "unbounded (binlog_expire_logs_seconds = 0)"
-	case r.Open:
-		return "≥ " + fmtHours(r.Headroom) + " (file still being written)"
-	case r.Headroom <= 0:
-		return "0h: purgeable at the next rotation"
-	}
-	return fmtHours(r.Headroom)
-}
-
-func fmtHours(d time.Duration) string {
-	return strconv.FormatFloat(d.Hours(), 'f', 1, 64) + "h"
 }

@@ -12,86 +12,18 @@ import (
 	"tidemark"
 	"tidemark/binlog"
 	"tidemark/sink/kafka"
+	"tidemark/status"
 )
-
-// Table modes. There is no per-table state store yet: every table found in
-// the target is reported as streaming.
-const modeStreaming = "streaming"
-
-// StatusTable is one table of `tidemark status`.
-type StatusTable struct {
-	Table      string     `json:"table"`
-	Mode       string     `json:"mode"`
-	Watermark  *time.Time `json:"watermark,omitempty"`
-	Rows       int64      `json:"rows_estimate"` // -1: unknown (table never analyzed)
-	LastCommit *time.Time `json:"last_source_commit,omitempty"`
-	LastLoaded *time.Time `json:"last_target_commit,omitempty"`
-	LagSeconds *float64   `json:"lag_seconds,omitempty"`
-	// Reason says why a table is not streaming (quarantined, resync,
-	// snapshotting).
-	Reason string `json:"reason,omitempty"`
-}
-
-// StatusRetention is the binlog retention of the checkpoint's file.
-type StatusRetention struct {
-	File            string     `json:"file"`
-	Files           int        `json:"files"`
-	Oldest          string     `json:"oldest"`
-	ExpireSeconds   int64      `json:"expire_seconds"`
-	Open            bool       `json:"open"`
-	Purged          bool       `json:"purged"`
-	Unbounded       bool       `json:"unbounded"`
-	ClosedAt        *time.Time `json:"closed_at,omitempty"`
-	PurgeAfter      *time.Time `json:"purge_after,omitempty"`
-	HeadroomSeconds *float64   `json:"headroom_seconds,omitempty"`
-	Headroom        string     `json:"headroom"`
-}
-
-// StatusReport is the output of `tidemark status`.
-type StatusReport struct {
-	Source     string           `json:"source"`
-	Checkpoint string           `json:"checkpoint"`
-	Retention  *StatusRetention `json:"retention,omitempty"`
-	// RetentionError says why the retention could not be read.
-	RetentionError string `json:"retention_error,omitempty"`
-	// ClockSkewSeconds is the source's clock minus the target's, measured
-	// now; lags mix the two clocks.
-	ClockSkewSeconds float64       `json:"clock_skew_seconds"`
-	Tables           []StatusTable `json:"tables"`
-	Note             string        `json:"note"`
-	// Apply is the apply group's view (config with an apply section).
-	Apply *StatusApply `json:"apply,omitempty"`
-}
-
-// StatusApply is the apply group of the scale-out topology: per partition
-// of its topics, the offset committed in PostgreSQL, the topic's end and
-// the member it is assigned to.
-type StatusApply struct {
-	Group      string                 `json:"group"`
-	Partitions []StatusApplyPartition `json:"partitions"`
-}
-
-// StatusApplyPartition is one partition of StatusApply. Lag is End − Next:
-// records not applied yet, counting transaction markers (a caught-up
-// partition of a transactional topic shows 0 or 1).
-type StatusApplyPartition struct {
-	Topic     string `json:"topic"`
-	Partition int32  `json:"partition"`
-	Next      int64  `json:"next"`
-	End       int64  `json:"end"`
-	Lag       int64  `json:"lag"`
-	Member    string `json:"member"`
-}
 
 // applyStatus reads the apply group's partitions from Kafka and their
 // offsets from PostgreSQL.
-func applyStatus(ctx context.Context, sink offsetReader, cfg *Config) (*StatusApply, error) {
+func applyStatus(ctx context.Context, sink offsetReader, cfg *Config) (*status.Apply, error) {
 	ac := cfg.applierConfig(nil)
 	parts, err := kafka.GroupStatus(ctx, ac)
 	if err != nil {
 		return nil, err
 	}
-	st := &StatusApply{Group: ac.Group, Partitions: []StatusApplyPartition{}}
+	st := &status.Apply{Group: ac.Group, Partitions: []status.ApplyPartition{}}
 	next := map[string]map[int32]int64{}
 	for _, p := range parts {
 		if _, ok := next[p.Topic]; !ok {
@@ -105,86 +37,15 @@ func applyStatus(ctx context.Context, sink offsetReader, cfg *Config) (*StatusAp
 			}
 		}
 		n := next[p.Topic][p.Partition]
-		st.Partitions = append(st.Partitions, StatusApplyPartition{Topic: p.Topic, Partition: p.Partition, Next: n, End: p.End, Lag: max(p.End-n, 0), Member: p.Member})
+		st.Partitions = append(st.Partitions, status.ApplyPartition{Topic: p.Topic, Partition: p.Partition, Next: n, End: p.End, Lag: max(p.End-n, 0), Member: p.Member})
 	}
 	return st, nil
-}
-
-func timePtr(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	u := t.UTC()
-	return &u
-}
-
-func statusRetention(r tidemark.Retention) *StatusRetention {
-	sr := &StatusRetention{File: r.File, Files: r.Files, Oldest: r.Oldest, ExpireSeconds: int64(r.Expire / time.Second),
-		Open: r.Open, Purged: r.Purged, Unbounded: r.Unbounded, ClosedAt: timePtr(r.ClosedAt), PurgeAfter: timePtr(r.PurgeAfter),
-		Headroom: formatHeadroom(r)}
-	if !r.Unbounded && !r.Purged {
-		h := r.Headroom.Seconds()
-		sr.HeadroomSeconds = &h
-	}
-	return sr
 }
 
 // offsetReader reads the stream offsets the appliers stored in the target
 // (tidemark.StreamTarget's Offsets).
 type offsetReader interface {
 	Offsets(ctx context.Context, group, topic string) ([]tidemark.StreamOffset, error)
-}
-
-// sourceStatus is what status reads from the source.
-type sourceStatus interface {
-	Retention(ctx context.Context, pos tidemark.Position, now time.Time) (tidemark.Retention, error)
-	Now(ctx context.Context) (time.Time, error)
-}
-
-// targetStatus is what status reads from the target.
-type targetStatus interface {
-	Checkpoint(ctx context.Context, source string) (tidemark.Position, bool, error)
-	TableStatuses(ctx context.Context, source, controlSchema string, schemas []string) ([]tidemark.TableStatus, error)
-	Now(ctx context.Context) (time.Time, error)
-}
-
-// buildStatus reads the checkpoint, retention, clocks and tables.
-func buildStatus(ctx context.Context, src sourceStatus, dst targetStatus, source, controlSchema string, schemas []string) (*StatusReport, error) {
-	rep := &StatusReport{Source: source}
-	pos, ok, err := dst.Checkpoint(ctx, source)
-	if err != nil {
-		return nil, err
-	}
-	if ok {
-		rep.Checkpoint = pos.String()
-		r, err := src.Retention(ctx, pos, time.Now())
-		if err != nil {
-			rep.RetentionError = err.Error()
-		} else {
-			rep.Retention = statusRetention(r)
-		}
-	} else {
-		rep.RetentionError = "no checkpoint stored for source " + source
-	}
-	if sn, err := src.Now(ctx); err == nil {
-		if tn, err := dst.Now(ctx); err == nil {
-			rep.ClockSkewSeconds = sn.Sub(tn).Seconds()
-		}
-	}
-	tables, err := dst.TableStatuses(ctx, source, controlSchema, schemas)
-	if err != nil {
-		return nil, err
-	}
-	for _, t := range tables {
-		st := StatusTable{Table: t.Schema + "." + t.Name, Mode: modeStreaming, Watermark: timePtr(t.Watermark), Rows: t.Rows,
-			LastCommit: timePtr(t.LastCommit), LastLoaded: timePtr(t.LastLoaded)}
-		if !t.LastCommit.IsZero() {
-			l := t.Lag.Seconds()
-			st.LagSeconds = &l
-		}
-		rep.Tables = append(rep.Tables, st)
-	}
-	return rep, nil
 }
 
 // cmdStatus implements `tidemark status [--json]`: the checkpoint, the
@@ -229,8 +90,8 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // fullStatus is the status of cfg's source: checkpoint, retention, tables
 // with their recorded modes (and the apply group's offsets in the
 // scale-out topology), read from the state target.
-func fullStatus(ctx context.Context, src sourceStatus, state stateTarget, cfg *Config) (*StatusReport, error) {
-	dst, err := need[targetStatus](state, "tidemark status")
+func fullStatus(ctx context.Context, src status.Source, state stateTarget, cfg *Config) (*status.Report, error) {
+	dst, err := need[status.Target](state, "tidemark status")
 	if err != nil {
 		return nil, err
 	}
@@ -243,7 +104,7 @@ func fullStatus(ctx context.Context, src sourceStatus, state stateTarget, cfg *C
 	if s := cfg.Target.Postgres.Schema; s != "" {
 		schemas = []string{s}
 	}
-	rep, err := buildStatus(ctx, src, dst, cfg.Source.Name, controlSchema, schemas)
+	rep, err := status.Build(ctx, src, dst, cfg.Source.Name, controlSchema, schemas)
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +112,7 @@ func fullStatus(ctx context.Context, src sourceStatus, state stateTarget, cfg *C
 	if err != nil {
 		return nil, err
 	}
-	applyTableStates(rep, states, cfg.Target.Postgres.Schema)
+	status.ApplyTableStates(rep, states, cfg.Target.Postgres.Schema)
 	if cfg.Apply != nil && cfg.Target.Kafka != nil {
 		offs, err := need[offsetReader](state, "the apply group's status")
 		if err != nil {
@@ -267,6 +128,31 @@ func fullStatus(ctx context.Context, src sourceStatus, state stateTarget, cfg *C
 // verifyRunReader reads the last recorded `tidemark verify` run.
 type verifyRunReader interface {
 	LastVerifyRun(ctx context.Context, source string) (tidemark.VerifyRun, bool, error)
+}
+
+// pageSources is what the daemon's status page reads: the status and the
+// last verify run through the daemon and source verifier current returns
+// (nil until they are wired), and the metrics' dedupe counters; the verify
+// runs it reads go to the metrics.
+func pageSources(cfg *Config, m *Metrics, current func() (*daemon, *binlog.Verifier)) status.Sources {
+	return status.Sources{
+		Report: func(ctx context.Context) (*status.Report, error) {
+			d, src := current()
+			if d == nil || d.state.sink == nil || src == nil {
+				return nil, errors.New("no PostgreSQL target to read the status from (yet)")
+			}
+			return fullStatus(ctx, src, d.state, cfg)
+		},
+		LastVerify: func(ctx context.Context) (tidemark.VerifyRun, bool, error) {
+			d, _ := current()
+			if d == nil {
+				return tidemark.VerifyRun{}, false, nil
+			}
+			return lastVerifyRun(ctx, d.state, cfg.Source.Name)
+		},
+		Dedupe:   m.EachDedupe,
+		OnVerify: m.SetVerify,
+	}
 }
 
 // lastVerifyRun is the status page's last verify run of source: none when
@@ -287,7 +173,7 @@ func fmtTime(t *time.Time) string {
 }
 
 // printStatus writes the readable status.
-func printStatus(w io.Writer, rep *StatusReport) {
+func printStatus(w io.Writer, rep *status.Report) {
 	fmt.Fprintf(w, "source %s\n", rep.Source)
 	cp := rep.Checkpoint
 	if cp == "" {
@@ -297,7 +183,7 @@ func printStatus(w io.Writer, rep *StatusReport) {
 	if r := rep.Retention; r != nil {
 		expire := "never (0)"
 		if r.ExpireSeconds > 0 {
-			expire = fmtHours(time.Duration(r.ExpireSeconds) * time.Second)
+			expire = status.FormatHours(time.Duration(r.ExpireSeconds) * time.Second)
 		}
 		fmt.Fprintf(w, "  binlog       checkpoint in %s; %d files on the server, oldest %s; expiry %s\n", r.File, r.Files, r.Oldest, expire)
 		fmt.Fprintf(w, "  retention    %s", r.Headroom)
@@ -364,30 +250,5 @@ func retentionProbe(src *binlog.Verifier, sink interface {
 			return tidemark.Retention{}, fmt.Errorf("binlog retention of %s: %w", source, errNoCheckpointYet)
 		}
 		return src.Retention(ctx, pos, time.Now())
-	}
-}
-
-// applyTableStates sets the mode (and reason) of the tables the daemon
-// recorded as not streaming, mapping each source table to its target
-// (targetSchema, or the source database's name). A table with a state but
-// no target table (never loaded, e.g. quarantined on first sight) is
-// listed too.
-func applyTableStates(rep *StatusReport, states []tidemark.TableState, targetSchema string) {
-	for _, st := range states {
-		schema := targetSchema
-		if schema == "" {
-			schema = st.Table.Database
-		}
-		name := schema + "." + st.Table.Name
-		found := false
-		for i := range rep.Tables {
-			if rep.Tables[i].Table == name {
-				rep.Tables[i].Mode, rep.Tables[i].Reason = string(st.Mode), st.Reason
-				found = true
-			}
-		}
-		if !found {
-			rep.Tables = append(rep.Tables, StatusTable{Table: name, Mode: string(st.Mode), Reason: st.Reason, Rows: -1})
-		}
 	}
 }

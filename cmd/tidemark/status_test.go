@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"tidemark"
+	"tidemark/status"
 )
 
 // holdExpire sets the source's binlog expiry to 30 days (which purges
@@ -63,7 +63,7 @@ log:
 	return path
 }
 
-func (e *e2e) status(path string, args ...string) (*StatusReport, string) {
+func (e *e2e) status(path string, args ...string) (*status.Report, string) {
 	e.t.Helper()
 	var out, errb bytes.Buffer
 	if code := cmdStatus(context.Background(), append([]string{"--config", path}, args...), &out, &errb); code != exitOK {
@@ -72,7 +72,7 @@ func (e *e2e) status(path string, args ...string) (*StatusReport, string) {
 	if len(args) == 0 {
 		return nil, out.String()
 	}
-	var rep StatusReport
+	var rep status.Report
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		e.t.Fatalf("status --json: %v\n%s", err, out.String())
 	}
@@ -93,7 +93,7 @@ func TestStatusRetentionShrinksOnRotation(t *testing.T) {
 	if before.Checkpoint == "" || before.Retention == nil || before.Retention.ExpireSeconds != 2592000 || before.Retention.HeadroomSeconds == nil {
 		t.Fatalf("status: %+v (retention %+v)", before, before.Retention)
 	}
-	if len(before.Tables) != 1 || before.Tables[0].Table != e.db+".t" || before.Tables[0].Mode != modeStreaming || before.Tables[0].LagSeconds == nil {
+	if len(before.Tables) != 1 || before.Tables[0].Table != e.db+".t" || before.Tables[0].Mode != status.ModeStreaming || before.Tables[0].LagSeconds == nil {
 		t.Fatalf("tables: %+v", before.Tables)
 	}
 	if *before.Tables[0].LagSeconds < 0 || *before.Tables[0].LagSeconds > 120 {
@@ -122,19 +122,5 @@ func TestStatusRetentionShrinksOnRotation(t *testing.T) {
 		if !strings.Contains(readable, s) {
 			t.Errorf("status output lacks %q:\n%s", s, readable)
 		}
-	}
-}
-
-func TestApplyTableStates(t *testing.T) {
-	rep := &StatusReport{Tables: []StatusTable{{Table: "shop.orders", Mode: modeStreaming}, {Table: "shop.items", Mode: modeStreaming}}}
-	applyTableStates(rep, []tidemark.TableState{
-		{Table: tidemark.TableID{Database: "shop", Name: "orders"}, Mode: tidemark.TableQuarantined, Reason: "narrowed column amount"},
-		{Table: tidemark.TableID{Database: "shop", Name: "nokey"}, Mode: tidemark.TableQuarantined, Reason: "no primary key"},
-	}, "")
-	if rep.Tables[0].Mode != string(tidemark.TableQuarantined) || rep.Tables[0].Reason == "" || rep.Tables[1].Mode != modeStreaming {
-		t.Fatalf("modes %+v", rep.Tables)
-	}
-	if len(rep.Tables) != 3 || rep.Tables[2].Table != "shop.nokey" {
-		t.Fatalf("a quarantined table without a target is not listed: %+v", rep.Tables)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"tidemark"
+	"tidemark/status"
 )
 
 // TestStatusPageRender: the page at / (404 until set), with what the
@@ -35,19 +36,20 @@ func TestStatusPageRender(t *testing.T) {
 		t.Fatalf("/ without a page: %d", code)
 	}
 	lag := 1.5
-	src := statusSource{
-		report: func(context.Context) (*StatusReport, error) {
-			return &StatusReport{Source: "s1", Checkpoint: "gtid=0-1-9", Tables: []StatusTable{
+	src := status.Sources{
+		Report: func(context.Context) (*status.Report, error) {
+			return &status.Report{Source: "s1", Checkpoint: "gtid=0-1-9", Tables: []status.Table{
 				{Table: "db.a", Mode: "streaming", LagSeconds: &lag},
 				{Table: "db.b", Mode: "quarantined", Reason: "incompatible <schema>"},
 				{Table: "db.c", Mode: "snapshotting"},
 			}}, nil
 		},
-		lastVerify: func(context.Context) (tidemark.VerifyRun, bool, error) {
+		LastVerify: func(context.Context) (tidemark.VerifyRun, bool, error) {
 			return tidemark.VerifyRun{Source: "s1", Verdict: "different", Tables: 3, Differing: 1, FinishedAt: time.Unix(0, 0)}, true, nil
 		},
 	}
-	page := newStatusPage(sourceIdentity{Name: "s1", Flavor: "mariadb", Addr: "db:3306", ServerID: 77}, src, m)
+	src.Dedupe, src.OnVerify = m.EachDedupe, m.SetVerify
+	page := status.NewPage(status.Identity{Name: "s1", Flavor: "mariadb", Addr: "db:3306", ServerID: 77}, src)
 	m.SetStatusPage(page)
 	log := slog.New(page.Tee(slog.NewTextHandler(io.Discard, nil))).With("component", "x")
 	log.Info("not kept")

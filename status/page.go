@@ -1,4 +1,4 @@
-package main
+package status
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 
 // The status page: http://127.0.0.1:9650/ (the metrics listener). One HTML
 // page, no external assets, no JavaScript; it reloads itself every
-// StatusPage.Refresh (a <meta http-equiv="refresh">). It shows:
+// Page.Refresh (a <meta http-equiv="refresh">). It shows:
 //
 //   - the source (name, flavor, address, tidemark's replica server_id) and
 //     the checkpoint stored in the target;
@@ -37,24 +37,28 @@ import (
 // read when the page is requested, at most once per Refresh (a cached copy
 // otherwise), under a timeout; a failure to read it is shown on the page.
 
-// statusSource is what the page reads from the databases.
-type statusSource struct {
-	// report builds the `tidemark status` report (checkpoint, retention,
+// Sources is what the page reads: the databases, and the daemon's
+// counters.
+type Sources struct {
+	// Report builds the `tidemark status` report (checkpoint, retention,
 	// tables with their recorded modes).
-	report func(ctx context.Context) (*StatusReport, error)
-	// lastVerify reads the last verify run.
-	lastVerify func(ctx context.Context) (tidemark.VerifyRun, bool, error)
+	Report func(ctx context.Context) (*Report, error)
+	// LastVerify reads the last verify run.
+	LastVerify func(ctx context.Context) (tidemark.VerifyRun, bool, error)
+	// Dedupe, if set, calls f with each dedupe counter.
+	Dedupe func(f func(name string, v uint64))
+	// OnVerify, if set, receives every verify run read (the metrics).
+	OnVerify func(tidemark.VerifyRun)
 }
 
-// StatusPage serves the status page. Feed it with OnApply, SetCatchUp and
+// Page serves the status page. Feed it with OnApply, SetCatchUp and
 // the logger from Tee; it is safe for concurrent use.
-type StatusPage struct {
+type Page struct {
 	// Refresh is the page's reload interval and the most often the
 	// databases are read (default 5s).
 	Refresh  time.Duration
-	identity sourceIdentity
-	src      statusSource
-	metrics  *Metrics
+	identity Identity
+	src      Sources
 	started  time.Time
 
 	mu         sync.Mutex
@@ -69,8 +73,9 @@ type StatusPage struct {
 	recent     []logEntry // newest last
 }
 
-// sourceIdentity is what the page says about the source.
-type sourceIdentity struct {
+// Identity is what the page says about the source: its name, flavor and
+// address, tidemark's replica server_id and tidemark's version.
+type Identity struct {
 	Name, Flavor, Addr, Version string
 	ServerID                    uint32
 }
@@ -91,14 +96,14 @@ type logEntry struct {
 // maxRecent is how many log lines the page keeps.
 const maxRecent = 20
 
-// newStatusPage returns a page over the given source and metrics.
-func newStatusPage(id sourceIdentity, src statusSource, m *Metrics) *StatusPage {
+// NewPage returns a page over the given source.
+func NewPage(id Identity, src Sources) *Page {
 	now := time.Now()
-	return &StatusPage{Refresh: 5 * time.Second, identity: id, src: src, metrics: m, started: now, samples: []rateSample{{at: now}}}
+	return &Page{Refresh: 5 * time.Second, identity: id, src: src, started: now, samples: []rateSample{{at: now}}}
 }
 
 // OnApply records a committed batch (the pipeline's OnApply signature).
-func (p *StatusPage) OnApply(b *tidemark.Batch, s tidemark.ApplyStats, _ time.Duration) {
+func (p *Page) OnApply(b *tidemark.Batch, s tidemark.ApplyStats, _ time.Duration) {
 	now := time.Now()
 	var newest time.Time
 	for i := range b.Changes {
@@ -125,7 +130,7 @@ func (p *StatusPage) OnApply(b *tidemark.Batch, s tidemark.ApplyStats, _ time.Du
 
 // SetCatchUp marks an automatic catch-up as running (tables streaming are
 // shown in mode catch-up).
-func (p *StatusPage) SetCatchUp(running bool) {
+func (p *Page) SetCatchUp(running bool) {
 	p.mu.Lock()
 	p.catchingUp = running
 	p.mu.Unlock()
@@ -133,9 +138,9 @@ func (p *StatusPage) SetCatchUp(running bool) {
 
 // Tee returns a handler that passes every record to h and keeps warnings
 // and errors for the page.
-func (p *StatusPage) Tee(h slog.Handler) slog.Handler { return &teeHandler{h: h, page: p} }
+func (p *Page) Tee(h slog.Handler) slog.Handler { return &teeHandler{h: h, page: p} }
 
-func (p *StatusPage) keep(e logEntry) {
+func (p *Page) keep(e logEntry) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.recent = append(p.recent, e)
@@ -144,10 +149,10 @@ func (p *StatusPage) keep(e logEntry) {
 	}
 }
 
-// teeHandler is StatusPage.Tee's handler.
+// teeHandler is Page.Tee's handler.
 type teeHandler struct {
 	h     slog.Handler
-	page  *StatusPage
+	page  *Page
 	attrs []slog.Attr
 	group string
 }
@@ -204,9 +209,9 @@ func (t *teeHandler) WithGroup(name string) slog.Handler {
 type pageData struct {
 	Generated  time.Time
 	Refresh    int
-	Identity   sourceIdentity
+	Identity   Identity
 	Uptime     string
-	Report     *StatusReport
+	Report     *Report
 	ReportErr  string
 	MaxLag     string
 	LastLag    string
@@ -229,7 +234,7 @@ type counter struct {
 
 // data builds the page's content, reading the databases at most once per
 // Refresh.
-func (p *StatusPage) data(ctx context.Context) *pageData {
+func (p *Page) data(ctx context.Context) *pageData {
 	p.mu.Lock()
 	cached, at := p.cached, p.cachedAt
 	p.mu.Unlock()
@@ -238,12 +243,12 @@ func (p *StatusPage) data(ctx context.Context) *pageData {
 		*d = *cached
 	} else {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		rep, err := p.src.report(rctx)
+		rep, err := p.src.Report(rctx)
 		if err != nil {
 			d.ReportErr = err.Error()
 		}
 		d.Report = rep
-		run, ok, err := p.src.lastVerify(rctx)
+		run, ok, err := p.src.LastVerify(rctx)
 		cancel()
 		switch {
 		case err != nil:
@@ -251,8 +256,8 @@ func (p *StatusPage) data(ctx context.Context) *pageData {
 		case ok:
 			d.Verify = &run
 		}
-		if p.metrics != nil && d.Verify != nil {
-			p.metrics.SetVerify(*d.Verify)
+		if p.src.OnVerify != nil && d.Verify != nil {
+			p.src.OnVerify(*d.Verify)
 		}
 		c := *d
 		p.mu.Lock()
@@ -294,7 +299,7 @@ func (p *StatusPage) data(ctx context.Context) *pageData {
 		d.Recent[i], d.Recent[j] = d.Recent[j], d.Recent[i]
 	}
 	if d.Report != nil {
-		tables := make([]StatusTable, len(d.Report.Tables))
+		tables := make([]Table, len(d.Report.Tables))
 		copy(tables, d.Report.Tables)
 		maxLag := math.NaN()
 		for i := range tables {
@@ -310,14 +315,9 @@ func (p *StatusPage) data(ctx context.Context) *pageData {
 			d.MaxLag = (time.Duration(maxLag * float64(time.Second))).Round(time.Millisecond).String()
 		}
 	}
-	if p.metrics != nil {
-		p.metrics.mu.Lock()
-		each := p.metrics.dedupe
-		p.metrics.mu.Unlock()
-		if each != nil {
-			each(func(name string, v uint64) { d.Dedupe = append(d.Dedupe, counter{name, v}) })
-			sort.Slice(d.Dedupe, func(i, j int) bool { return d.Dedupe[i].Name < d.Dedupe[j].Name })
-		}
+	if p.src.Dedupe != nil {
+		p.src.Dedupe(func(name string, v uint64) { d.Dedupe = append(d.Dedupe, counter{name, v}) })
+		sort.Slice(d.Dedupe, func(i, j int) bool { return d.Dedupe[i].Name < d.Dedupe[j].Name })
 	}
 	return d
 }
@@ -325,15 +325,15 @@ func (p *StatusPage) data(ctx context.Context) *pageData {
 // WatchVerify reads the last verify run every interval into the metrics
 // (tidemark_verify_tables) until ctx is done; it returns nil then. A failed
 // read is shown on the page, not fatal.
-func (p *StatusPage) WatchVerify(ctx context.Context, interval time.Duration) error {
+func (p *Page) WatchVerify(ctx context.Context, interval time.Duration) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		run, ok, err := p.src.lastVerify(rctx)
+		run, ok, err := p.src.LastVerify(rctx)
 		cancel()
-		if err == nil && ok && p.metrics != nil {
-			p.metrics.SetVerify(run)
+		if err == nil && ok && p.src.OnVerify != nil {
+			p.src.OnVerify(run)
 		}
 		select {
 		case <-ctx.Done():
@@ -343,7 +343,7 @@ func (p *StatusPage) WatchVerify(ctx context.Context, interval time.Duration) er
 	}
 }
 
-func (p *StatusPage) refresh() time.Duration {
+func (p *Page) refresh() time.Duration {
 	if p.Refresh <= 0 {
 		return 5 * time.Second
 	}
@@ -366,7 +366,7 @@ func pageMode(recorded string, catchingUp bool) string {
 }
 
 // ServeHTTP renders the page.
-func (p *StatusPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d := p.data(r.Context())
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
