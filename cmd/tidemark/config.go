@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"os"
 	"regexp"
 	"strings"
@@ -16,10 +18,13 @@ import (
 	"tidemark/checkpoint"
 	"tidemark/dedupe"
 	"tidemark/fallback"
+	"tidemark/sink/kafka"
+	"tidemark/verify"
 )
 
-// Config is the YAML configuration file (see docs/configuration.md and
-// tidemark.example.yaml). Unknown keys are rejected; ${NAME} in any value is
+// Config is the YAML configuration file (every key is shown, with its
+// default, in tidemark.example.yaml; its sections are the types below, all
+// in this file). Unknown keys are rejected; ${NAME} in any value is
 // replaced by the environment variable NAME (an unset variable is an error).
 type Config struct {
 	Source   SourceConfig   `yaml:"source"`
@@ -522,4 +527,221 @@ func (c *Config) controlSchema() string {
 		return s
 	}
 	return checkpoint.DefaultSchema
+}
+
+// DDLConfig is target.postgres.ddl: what the source's DROP TABLE and
+// TRUNCATE do to the target ("apply" or "refuse"; refuse quarantines the
+// table). Defaults: drop_table refuse, truncate apply.
+type DDLConfig struct {
+	DropTable string `yaml:"drop_table"`
+	Truncate  string `yaml:"truncate"`
+}
+
+// MetricsConfig is the `metrics:` section of the config.
+type MetricsConfig struct {
+	// Listen is the address of /metrics, /healthz and /readyz (default
+	// 127.0.0.1:9650, loopback only; "off" disables the server). The
+	// endpoints have no authentication: expose them beyond loopback only
+	// behind something that has.
+	Listen string `yaml:"listen"`
+	// RetentionInterval is how often the binlog retention headroom is
+	// measured (default 1m).
+	RetentionInterval time.Duration `yaml:"retention_interval"`
+}
+
+// DefaultMetricsListen is the default metrics address.
+const DefaultMetricsListen = "127.0.0.1:9650"
+
+func (c MetricsConfig) withDefaults() MetricsConfig {
+	if c.Listen == "" {
+		c.Listen = DefaultMetricsListen
+	}
+	if c.RetentionInterval <= 0 {
+		c.RetentionInterval = time.Minute
+	}
+	return c
+}
+
+// Validate checks the section; errors name the field.
+func (c MetricsConfig) Validate() error {
+	if c.Listen != "" && c.Listen != "off" {
+		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+			return fmt.Errorf("config: metrics.listen: want host:port or off: %v", err)
+		}
+	}
+	if c.RetentionInterval < 0 {
+		return errors.New("config: metrics.retention_interval: must be ≥ 0")
+	}
+	return nil
+}
+
+// KafkaConfig is the target.kafka section of the config file: publish the
+// changes to Kafka (see docs/kafka.md). With target.postgres also set, both
+// sinks get every batch (PostgreSQL first, Kafka last) and tidemark resumes
+// from the older of their checkpoints.
+//
+//	target:
+//	  kafka:
+//	    brokers: ["kafka-1:9092", "kafka-2:9092"]
+//	    topic_prefix: shop                  # {prefix} in topic_template (default tidemark)
+//	    topic_template: "{prefix}.{database}.{table}"
+//	    checkpoint_topic: shop.checkpoints  # default <topic_prefix>.checkpoints
+//	    tombstones: true                    # a null-value record after each delete
+//	    exactly_once: true                  # one transaction per batch
+//	    transactional_id: tidemark-shop     # default tidemark-<source.name>
+//	    create_topics: true                 # default true
+//	    partitions: 6
+//	    replication_factor: 3
+//	    topic_configs: {cleanup.policy: compact}
+//	    source_server_id: 1001              # published in source.server_id
+type KafkaConfig struct {
+	Brokers            []string          `yaml:"brokers"`
+	ClientID           string            `yaml:"client_id"`
+	TopicPrefix        string            `yaml:"topic_prefix"`
+	TopicTemplate      string            `yaml:"topic_template"`
+	CheckpointTopic    string            `yaml:"checkpoint_topic"`
+	Tombstones         bool              `yaml:"tombstones"`
+	ExactlyOnce        bool              `yaml:"exactly_once"`
+	TransactionalID    string            `yaml:"transactional_id"`
+	TransactionTimeout time.Duration     `yaml:"transaction_timeout"`
+	CreateTopics       *bool             `yaml:"create_topics"`
+	Partitions         int32             `yaml:"partitions"`
+	ReplicationFactor  int16             `yaml:"replication_factor"`
+	TopicConfigs       map[string]string `yaml:"topic_configs"`
+	MaxBufferedRecords int               `yaml:"max_buffered_records"`
+	MaxBufferedBytes   int               `yaml:"max_buffered_bytes"`
+	MaxRecordBytes     int32             `yaml:"max_record_bytes"`
+	SourceServerID     uint32            `yaml:"source_server_id"`
+	// ControlRecords announces table schemas on every partition (needed
+	// by `tidemark apply`; always on with an apply section).
+	ControlRecords bool `yaml:"control_records"`
+}
+
+// SinkConfig builds the Kafka sink's config for the source named source
+// (the default transactional id is "tidemark-<source>").
+func (k *KafkaConfig) SinkConfig(source string, log *slog.Logger) kafka.Config {
+	create := true
+	if k.CreateTopics != nil {
+		create = *k.CreateTopics
+	}
+	txnID := k.TransactionalID
+	if txnID == "" && k.ExactlyOnce {
+		txnID = "tidemark-" + source
+	}
+	return kafka.Config{
+		Brokers:            k.Brokers,
+		ClientID:           k.ClientID,
+		TopicPrefix:        k.TopicPrefix,
+		TopicTemplate:      k.TopicTemplate,
+		CheckpointTopic:    k.CheckpointTopic,
+		Tombstones:         k.Tombstones,
+		ExactlyOnce:        k.ExactlyOnce,
+		TransactionalID:    txnID,
+		TransactionTimeout: k.TransactionTimeout,
+		CreateTopics:       create,
+		Partitions:         k.Partitions,
+		ReplicationFactor:  k.ReplicationFactor,
+		TopicConfigs:       k.TopicConfigs,
+		MaxBufferedRecords: k.MaxBufferedRecords,
+		MaxBufferedBytes:   k.MaxBufferedBytes,
+		MaxRecordBytes:     k.MaxRecordBytes,
+		SourceServerID:     k.SourceServerID,
+		ControlRecords:     k.ControlRecords,
+		Logger:             log,
+	}
+}
+
+// Validate checks the section; errors name the field as
+// "config: target.kafka.<field>". It opens no connection.
+func (k *KafkaConfig) Validate(source string) error {
+	err := kafka.ValidateConfig(k.SinkConfig(source, nil))
+	var ce *kafka.ConfigError
+	if errors.As(err, &ce) {
+		return fmt.Errorf("config: target.kafka.%s: %s", ce.Field, ce.Problem)
+	}
+	return err
+}
+
+// VerifyConfig is the `verify:` section of the config.
+type VerifyConfig struct {
+	// ChunkRows is the number of source rows per checksum chunk (default
+	// 10000).
+	ChunkRows int `yaml:"chunk_rows"`
+	// Examples is how many missing, extra, changed and duplicate keys are
+	// listed per table (default 10).
+	Examples int `yaml:"examples"`
+	// Tables configures the daily reconciliation per "db.table".
+	Tables map[string]VerifyTableConfig `yaml:"tables"`
+	// Assert configures the post-load duplicate-key assertion.
+	Assert AssertConfig `yaml:"assert"`
+}
+
+// VerifyTableConfig is the daily reconciliation of one table.
+type VerifyTableConfig struct {
+	// EventTime is the DATETIME or TIMESTAMP column that --since filters
+	// on and the daily totals group by (per UTC day).
+	EventTime string `yaml:"event_time"`
+	// Sums lists the integer or DECIMAL columns whose SUM is compared per
+	// day (COUNT(*) always is).
+	Sums []string `yaml:"sums"`
+}
+
+// AssertConfig configures the post-load assertion.
+type AssertConfig struct {
+	// OnViolation is "stop" (default: the pipeline stops with the error)
+	// or "alert" (log an error and count it in tidemark_errors_total).
+	OnViolation string `yaml:"on_violation"`
+	// Interval is how often the assertion runs while streaming (default
+	// 5m; a negative value disables the scheduled run).
+	Interval time.Duration `yaml:"interval"`
+}
+
+// engine returns the verify package's view of the section.
+func (c VerifyConfig) engine() verify.Config {
+	vc := verify.Config{ChunkRows: c.ChunkRows, Examples: c.Examples}
+	if len(c.Tables) > 0 {
+		vc.Tables = make(map[string]verify.TableConfig, len(c.Tables))
+		for k, t := range c.Tables {
+			vc.Tables[k] = verify.TableConfig{EventTime: t.EventTime, Sums: t.Sums}
+		}
+	}
+	return vc
+}
+
+// assert returns the post-load assertion's config.
+func (c VerifyConfig) assert() verify.AssertConfig {
+	return verify.AssertConfig{OnViolation: c.Assert.OnViolation, Interval: c.Assert.Interval}
+}
+
+// Validate checks the section; errors name the field.
+func (c VerifyConfig) Validate() error {
+	var errs []error
+	if c.ChunkRows < 0 {
+		errs = append(errs, errors.New("config: verify.chunk_rows: must be ≥ 0"))
+	}
+	if c.Examples < 0 {
+		errs = append(errs, errors.New("config: verify.examples: must be ≥ 0"))
+	}
+	switch c.Assert.OnViolation {
+	case "", verify.AssertStop, verify.AssertAlert:
+	default:
+		errs = append(errs, fmt.Errorf("config: verify.assert.on_violation: must be %s or %s, got %q", verify.AssertStop, verify.AssertAlert, c.Assert.OnViolation))
+	}
+	for k, t := range c.Tables {
+		if strings.Count(k, ".") != 1 {
+			errs = append(errs, fmt.Errorf("config: verify.tables: key %q must be db.table", k))
+		}
+		if t.EventTime == "" && len(t.Sums) > 0 {
+			errs = append(errs, fmt.Errorf("config: verify.tables.%s.event_time: required with sums", k))
+		}
+		if t.EventTime != "" && !tidemark.ValidIdentifier(t.EventTime) {
+			errs = append(errs, fmt.Errorf("config: verify.tables.%s.event_time: invalid column %q", k, t.EventTime))
+		}
+		for _, s := range t.Sums {
+			if !tidemark.ValidIdentifier(s) {
+				errs = append(errs, fmt.Errorf("config: verify.tables.%s.sums: invalid column %q", k, s))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 const goodConfig = `
@@ -151,5 +155,105 @@ func TestKafkaOnlyConfig(t *testing.T) {
 	}
 	if err := cfg.needPostgres("verify"); err == nil || !strings.Contains(err.Error(), "target.postgres") {
 		t.Fatalf("verify without PostgreSQL: %v", err)
+	}
+}
+
+const schemaConfig = `
+source:
+  name: shop
+  addr: 127.0.0.1:33061
+  user: tidemark
+  password: pw
+  server_id: 4242
+  time_zone: UTC
+  include: ["shop.*"]
+  exclude_columns:
+    shop.users: [ssn, email]
+    "*.audit": [ip]
+target:
+  postgres:
+    dsn: postgres://x@127.0.0.1:1/x
+    drop_columns: drop
+    ddl: {drop_table: apply, truncate: refuse}
+`
+
+func TestSchemaConfig(t *testing.T) {
+	cfg, err := ParseConfig([]byte(schemaConfig), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc, err := cfg.BinlogConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(bc.ExcludeColumns["shop.users"], ",") != "ssn,email" || len(bc.ExcludeColumns["*.audit"]) != 1 {
+		t.Fatalf("exclude_columns %v", bc.ExcludeColumns)
+	}
+	pc := cfg.PostgresSinkConfig()
+	if pc.Schema.DropColumns != "drop" || pc.Schema.DropTable != "apply" || pc.Schema.Truncate != "refuse" {
+		t.Fatalf("schema policy %+v", pc.Schema)
+	}
+	for _, c := range []struct{ from, to, want string }{
+		{"drop_columns: drop", "drop_columns: delete", "target.postgres.drop_columns"},
+		{"truncate: refuse", "truncate: ignore", "target.postgres.ddl.truncate"},
+		{"shop.users: [ssn, email]", "shop.users: [id, 'a\"b']", "exclude_columns"},
+	} {
+		_, err := ParseConfig([]byte(strings.Replace(schemaConfig, c.from, c.to, 1)), env(nil))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one naming %s", c.to, err, c.want)
+		}
+	}
+}
+
+func TestKafkaConfigYAML(t *testing.T) {
+	doc := `
+kafka:
+  brokers: ["127.0.0.1:9092"]
+  topic_prefix: shop
+  tombstones: true
+  exactly_once: true
+  transaction_timeout: 30s
+  partitions: 6
+  topic_configs: {cleanup.policy: compact}
+  source_server_id: 1001
+`
+	var c struct {
+		Kafka KafkaConfig `yaml:"kafka"`
+	}
+	dec := yaml.NewDecoder(bytes.NewReader([]byte(doc)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		t.Fatal(err)
+	}
+	got := c.Kafka.SinkConfig("main", nil)
+	if !got.ExactlyOnce || got.TransactionalID != "tidemark-main" || !got.CreateTopics || !got.Tombstones ||
+		got.TransactionTimeout != 30*time.Second || got.Partitions != 6 || got.TopicConfigs["cleanup.policy"] != "compact" ||
+		got.SourceServerID != 1001 || got.TopicPrefix != "shop" {
+		t.Errorf("SinkConfig = %+v", got)
+	}
+	if err := c.Kafka.Validate("main"); err != nil {
+		t.Errorf("Validate: %v", err)
+	}
+}
+
+func TestKafkaConfigValidate(t *testing.T) {
+	no := false
+	tests := []struct {
+		name string
+		k    KafkaConfig
+		want string
+	}{
+		{"ok", KafkaConfig{Brokers: []string{"k:9092"}, CreateTopics: &no}, ""},
+		{"brokers", KafkaConfig{}, "config: target.kafka.brokers: required"},
+		{"template", KafkaConfig{Brokers: []string{"k:9092"}, TopicTemplate: "{db}.{table}"}, "config: target.kafka.topic_template: unknown placeholder"},
+		{"buffer", KafkaConfig{Brokers: []string{"k:9092"}, MaxBufferedBytes: 100}, "config: target.kafka.max_buffered_bytes: must be at least 1 MiB"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.k.Validate("main")
+			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+				t.Fatalf("Validate = %v, want %q", err, tt.want)
+			}
+		})
 	}
 }

@@ -1,73 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
-	"go.yaml.in/yaml/v3"
 
 	"tidemark"
 	"tidemark/sink/kafka"
 )
-
-func TestKafkaConfigYAML(t *testing.T) {
-	doc := `
-kafka:
-  brokers: ["127.0.0.1:9092"]
-  topic_prefix: shop
-  tombstones: true
-  exactly_once: true
-  transaction_timeout: 30s
-  partitions: 6
-  topic_configs: {cleanup.policy: compact}
-  source_server_id: 1001
-`
-	var c struct {
-		Kafka KafkaConfig `yaml:"kafka"`
-	}
-	dec := yaml.NewDecoder(bytes.NewReader([]byte(doc)))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
-		t.Fatal(err)
-	}
-	got := c.Kafka.SinkConfig("main", nil)
-	if !got.ExactlyOnce || got.TransactionalID != "tidemark-main" || !got.CreateTopics || !got.Tombstones ||
-		got.TransactionTimeout != 30*time.Second || got.Partitions != 6 || got.TopicConfigs["cleanup.policy"] != "compact" ||
-		got.SourceServerID != 1001 || got.TopicPrefix != "shop" {
-		t.Errorf("SinkConfig = %+v", got)
-	}
-	if err := c.Kafka.Validate("main"); err != nil {
-		t.Errorf("Validate: %v", err)
-	}
-}
-
-func TestKafkaConfigValidate(t *testing.T) {
-	no := false
-	tests := []struct {
-		name string
-		k    KafkaConfig
-		want string
-	}{
-		{"ok", KafkaConfig{Brokers: []string{"k:9092"}, CreateTopics: &no}, ""},
-		{"brokers", KafkaConfig{}, "config: target.kafka.brokers: required"},
-		{"template", KafkaConfig{Brokers: []string{"k:9092"}, TopicTemplate: "{db}.{table}"}, "config: target.kafka.topic_template: unknown placeholder"},
-		{"buffer", KafkaConfig{Brokers: []string{"k:9092"}, MaxBufferedBytes: 100}, "config: target.kafka.max_buffered_bytes: must be at least 1 MiB"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := tt.k.Validate("main")
-			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
-				t.Fatalf("Validate = %v, want %q", err, tt.want)
-			}
-		})
-	}
-}
 
 // stubSink is a sink of function fields standing in for PostgreSQL.
 type stubSink struct {

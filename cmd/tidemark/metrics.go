@@ -21,44 +21,6 @@ import (
 	"tidemark/sink/kafka"
 )
 
-// MetricsConfig is the `metrics:` section of the config.
-type MetricsConfig struct {
-	// Listen is the address of /metrics, /healthz and /readyz (default
-	// 127.0.0.1:9650, loopback only; "off" disables the server). The
-	// endpoints have no authentication: expose them beyond loopback only
-	// behind something that has.
-	Listen string `yaml:"listen"`
-	// RetentionInterval is how often the binlog retention headroom is
-	// measured (default 1m).
-	RetentionInterval time.Duration `yaml:"retention_interval"`
-}
-
-// DefaultMetricsListen is the default metrics address.
-const DefaultMetricsListen = "127.0.0.1:9650"
-
-func (c MetricsConfig) withDefaults() MetricsConfig {
-	if c.Listen == "" {
-		c.Listen = DefaultMetricsListen
-	}
-	if c.RetentionInterval <= 0 {
-		c.RetentionInterval = time.Minute
-	}
-	return c
-}
-
-// Validate checks the section; errors name the field.
-func (c MetricsConfig) Validate() error {
-	if c.Listen != "" && c.Listen != "off" {
-		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-			return fmt.Errorf("config: metrics.listen: want host:port or off: %v", err)
-		}
-	}
-	if c.RetentionInterval < 0 {
-		return errors.New("config: metrics.retention_interval: must be ≥ 0")
-	}
-	return nil
-}
-
 // Metrics holds tidemark's Prometheus metrics (in their own registry) and
 // serves them with /healthz and /readyz. Feed it with OnApply (as the
 // pipeline's OnApply callback), Error, FallbackRun, SetRetention (or
@@ -440,4 +402,24 @@ func (m *Metrics) serveOn(ctx context.Context, ln net.Listener, log *slog.Logger
 	_ = srv.Shutdown(sctx)
 	<-errc
 	return nil
+}
+
+// tableStateMetric registers tidemark_table_state{table, state} (1 for the
+// table's current state, 0 for the others) and returns the pipeline's
+// OnTableState callback that keeps it current.
+func tableStateMetric(m *Metrics) func(tidemark.TableState) {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tidemark_table_state",
+		Help: "Replication state of each table: 1 for its current state (streaming, quarantined, resync, snapshotting), 0 for the others. Alert on state=\"quarantined\"."},
+		[]string{"table", "state"})
+	m.Registry().MustRegister(g)
+	modes := []tidemark.TableMode{tidemark.TableStreaming, tidemark.TableQuarantined, tidemark.TableResyncRequested, tidemark.TableSnapshotting}
+	return func(st tidemark.TableState) {
+		for _, mode := range modes {
+			v := 0.0
+			if mode == st.Mode {
+				v = 1
+			}
+			g.WithLabelValues(st.Table.String(), string(mode)).Set(v)
+		}
+	}
 }

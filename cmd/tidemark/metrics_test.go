@@ -194,3 +194,33 @@ func TestWatchRetention(t *testing.T) {
 		t.Fatalf("%d probes", calls)
 	}
 }
+
+func TestTableStateMetric(t *testing.T) {
+	m := NewMetrics()
+	set := tableStateMetric(m)
+	id := tidemark.TableID{Database: "shop", Name: "orders"}
+	set(tidemark.TableState{Table: id, Mode: tidemark.TableQuarantined})
+	set(tidemark.TableState{Table: id, Mode: tidemark.TableStreaming})
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		if f.GetName() != "tidemark_table_state" {
+			continue
+		}
+		for _, mt := range f.GetMetric() {
+			var state string
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == "state" {
+					state = l.GetValue()
+				}
+			}
+			got[state] = mt.GetGauge().GetValue()
+		}
+	}
+	if got["streaming"] != 1 || got["quarantined"] != 0 || len(got) != 4 {
+		t.Fatalf("tidemark_table_state %v", got)
+	}
+}

@@ -8,39 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"tidemark"
 	"tidemark/fallback"
 )
-
-// DDLConfig is target.postgres.ddl: what the source's DROP TABLE and
-// TRUNCATE do to the target ("apply" or "refuse"; refuse quarantines the
-// table). Defaults: drop_table refuse, truncate apply.
-type DDLConfig struct {
-	DropTable string `yaml:"drop_table"`
-	Truncate  string `yaml:"truncate"`
-}
-
-// tableStateMetric registers tidemark_table_state{table, state} (1 for the
-// table's current state, 0 for the others) and returns the pipeline's
-// OnTableState callback that keeps it current.
-func tableStateMetric(m *Metrics) func(tidemark.TableState) {
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tidemark_table_state",
-		Help: "Replication state of each table: 1 for its current state (streaming, quarantined, resync, snapshotting), 0 for the others. Alert on state=\"quarantined\"."},
-		[]string{"table", "state"})
-	m.Registry().MustRegister(g)
-	modes := []tidemark.TableMode{tidemark.TableStreaming, tidemark.TableQuarantined, tidemark.TableResyncRequested, tidemark.TableSnapshotting}
-	return func(st tidemark.TableState) {
-		for _, mode := range modes {
-			v := 0.0
-			if mode == st.Mode {
-				v = 1
-			}
-			g.WithLabelValues(st.Table.String(), string(mode)).Set(v)
-		}
-	}
-}
 
 // cmdResync re-snapshots tables and resumes streaming them: the way back
 // from quarantine (and a repair for any table). When no daemon is running

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,90 +16,6 @@ import (
 	"tidemark/binlog"
 	"tidemark/verify"
 )
-
-// VerifyConfig is the `verify:` section of the config.
-type VerifyConfig struct {
-	// ChunkRows is the number of source rows per checksum chunk (default
-	// 10000).
-	ChunkRows int `yaml:"chunk_rows"`
-	// Examples is how many missing, extra, changed and duplicate keys are
-	// listed per table (default 10).
-	Examples int `yaml:"examples"`
-	// Tables configures the daily reconciliation per "db.table".
-	Tables map[string]VerifyTableConfig `yaml:"tables"`
-	// Assert configures the post-load duplicate-key assertion.
-	Assert AssertConfig `yaml:"assert"`
-}
-
-// VerifyTableConfig is the daily reconciliation of one table.
-type VerifyTableConfig struct {
-	// EventTime is the DATETIME or TIMESTAMP column that --since filters
-	// on and the daily totals group by (per UTC day).
-	EventTime string `yaml:"event_time"`
-	// Sums lists the integer or DECIMAL columns whose SUM is compared per
-	// day (COUNT(*) always is).
-	Sums []string `yaml:"sums"`
-}
-
-// AssertConfig configures the post-load assertion.
-type AssertConfig struct {
-	// OnViolation is "stop" (default: the pipeline stops with the error)
-	// or "alert" (log an error and count it in tidemark_errors_total).
-	OnViolation string `yaml:"on_violation"`
-	// Interval is how often the assertion runs while streaming (default
-	// 5m; a negative value disables the scheduled run).
-	Interval time.Duration `yaml:"interval"`
-}
-
-// engine returns the verify package's view of the section.
-func (c VerifyConfig) engine() verify.Config {
-	vc := verify.Config{ChunkRows: c.ChunkRows, Examples: c.Examples}
-	if len(c.Tables) > 0 {
-		vc.Tables = make(map[string]verify.TableConfig, len(c.Tables))
-		for k, t := range c.Tables {
-			vc.Tables[k] = verify.TableConfig{EventTime: t.EventTime, Sums: t.Sums}
-		}
-	}
-	return vc
-}
-
-// assert returns the post-load assertion's config.
-func (c VerifyConfig) assert() verify.AssertConfig {
-	return verify.AssertConfig{OnViolation: c.Assert.OnViolation, Interval: c.Assert.Interval}
-}
-
-// Validate checks the section; errors name the field.
-func (c VerifyConfig) Validate() error {
-	var errs []error
-	if c.ChunkRows < 0 {
-		errs = append(errs, errors.New("config: verify.chunk_rows: must be ≥ 0"))
-	}
-	if c.Examples < 0 {
-		errs = append(errs, errors.New("config: verify.examples: must be ≥ 0"))
-	}
-	switch c.Assert.OnViolation {
-	case "", verify.AssertStop, verify.AssertAlert:
-	default:
-		errs = append(errs, fmt.Errorf("config: verify.assert.on_violation: must be %s or %s, got %q", verify.AssertStop, verify.AssertAlert, c.Assert.OnViolation))
-	}
-	for k, t := range c.Tables {
-		if strings.Count(k, ".") != 1 {
-			errs = append(errs, fmt.Errorf("config: verify.tables: key %q must be db.table", k))
-		}
-		if t.EventTime == "" && len(t.Sums) > 0 {
-			errs = append(errs, fmt.Errorf("config: verify.tables.%s.event_time: required with sums", k))
-		}
-		if t.EventTime != "" && !tidemark.ValidIdentifier(t.EventTime) {
-			errs = append(errs, fmt.Errorf("config: verify.tables.%s.event_time: invalid column %q", k, t.EventTime))
-		}
-		for _, s := range t.Sums {
-			if !tidemark.ValidIdentifier(s) {
-				errs = append(errs, fmt.Errorf("config: verify.tables.%s.sums: invalid column %q", k, s))
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
 
 // verifyTableList is a repeatable --table flag (also comma-separated).
 type verifyTableList []string
