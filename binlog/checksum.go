@@ -121,119 +121,18 @@ func (v *Verifier) Tables(ctx context.Context) ([]tidemark.TableID, error) {
 	return out, nil
 }
 
-// Table reads the current schema of a source table: columns in order,
-// their kinds (as the tailer maps them), and the configured business key or
-// the primary key.
+// Table reads the current schema of a source table (readSchema): columns in
+// order, their kinds as the tailer maps them, and the configured business
+// key or the primary key.
 func (v *Verifier) Table(ctx context.Context, id tidemark.TableID) (*tidemark.Table, error) {
-	if err := tidemark.CheckIdentifier("database", id.Database); err != nil {
-		return nil, fmt.Errorf("read schema of %s: %w", id, err)
-	}
-	if err := tidemark.CheckIdentifier("table", id.Name); err != nil {
-		return nil, fmt.Errorf("read schema of %s: %w", id, err)
-	}
-	r, err := v.exec(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, COALESCE(NUMERIC_PRECISION, 0), COALESCE(NUMERIC_SCALE, 0), COALESCE(DATETIME_PRECISION, 0)
-		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, id.Database, id.Name)
-	if err != nil {
-		return nil, fmt.Errorf("read columns of %s: %w", id, err)
-	}
-	if r.RowNumber() == 0 {
-		return nil, fmt.Errorf("read columns of %s: table not found on source %s", id, v.cfg.Name)
-	}
-	cr, err := v.exec(ctx, "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME = ?", id.Database, id.Name)
-	if err != nil {
-		return nil, fmt.Errorf("read check constraints of %s: %w", id, err)
-	}
-	jsonCols := map[string]bool{}
-	for i := 0; i < cr.RowNumber(); i++ {
-		clause, _ := cr.GetString(i, 0)
-		if sm := jsonCheckRE.FindStringSubmatch(clause); sm != nil {
-			jsonCols[strings.ReplaceAll(sm[1], "``", "`")] = true
+	var json map[string]bool
+	if v.cfg.Flavor == FlavorMariaDB {
+		var err error
+		if json, err = readJSONColumns(ctx, v.exec, id); err != nil {
+			return nil, fmt.Errorf("read check constraints of %s: %w", id, err)
 		}
 	}
-	t := &tidemark.Table{ID: id}
-	excluded := v.cfg.excludedColumns(id)
-	for i := 0; i < r.RowNumber(); i++ {
-		name, _ := r.GetString(i, 0)
-		if excluded[strings.ToLower(name)] {
-			continue // never replicated (exclude_columns): not compared either
-		}
-		dt, _ := r.GetString(i, 1)
-		ct, _ := r.GetString(i, 2)
-		vNullable, _ := r.GetString(i, 3)
-		prec, _ := r.GetInt(i, 4)
-		scale, _ := r.GetInt(i, 5)
-		dtp, _ := r.GetInt(i, 6)
-		if err := tidemark.CheckIdentifier("column of "+id.String(), name); err != nil {
-			return nil, fmt.Errorf("read columns of %s: %w", id, err)
-		}
-		c := tidemark.Column{Name: name, Nullable: vNullable == "YES"}
-		unsigned := strings.Contains(strings.ToLower(ct), "unsigned")
-		switch dt = strings.ToLower(dt); dt {
-		case "tinyint", "smallint", "mediumint", "int", "bigint":
-			c.Bits = map[string]int{"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "bigint": 64}[dt]
-			c.Kind = tidemark.KindInt
-			if unsigned {
-				c.Kind = tidemark.KindUint
-			}
-		case "decimal":
-			c.Kind, c.Precision, c.Scale = tidemark.KindDecimal, int(prec), int(scale)
-		case "float":
-			c.Kind = tidemark.KindFloat
-		case "double":
-			c.Kind = tidemark.KindDouble
-		case "bit":
-			c.Kind, c.Bits = tidemark.KindBit, int(prec)
-		case "year":
-			c.Kind = tidemark.KindYear
-		case "date":
-			c.Kind = tidemark.KindDate
-		case "time":
-			c.Kind, c.Scale = tidemark.KindTime, int(dtp)
-		case "datetime":
-			c.Kind, c.Scale = tidemark.KindDateTime, int(dtp)
-		case "timestamp":
-			c.Kind, c.Scale = tidemark.KindTimestamp, int(dtp)
-		case "enum":
-			c.Kind = tidemark.KindEnum
-		case "set":
-			c.Kind = tidemark.KindSet
-		case "json":
-			c.Kind = tidemark.KindJSON
-		case "char", "varchar", "tinytext", "text", "mediumtext", "longtext":
-			c.Kind = tidemark.KindText
-			if jsonCols[name] {
-				c.Kind = tidemark.KindJSON
-			}
-		case "binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob":
-			c.Kind = tidemark.KindBytes
-		default:
-			return nil, fmt.Errorf("read columns of %s: column %s: unsupported type %s", id, name, ct)
-		}
-		t.Columns = append(t.Columns, c)
-	}
-	if cols, ok := v.cfg.BusinessKeys[id.String()]; ok {
-		for _, c := range cols {
-			k := t.ColumnIndex(c)
-			if k < 0 {
-				return nil, fmt.Errorf("read schema of %s: business_keys: column %q not in table", id, c)
-			}
-			t.Key = append(t.Key, k)
-		}
-		return t, nil
-	}
-	kr, err := v.exec(ctx, `SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE
-		WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION`, id.Database, id.Name)
-	if err != nil {
-		return nil, fmt.Errorf("read primary key of %s: %w", id, err)
-	}
-	for i := 0; i < kr.RowNumber(); i++ {
-		name, _ := kr.GetString(i, 0)
-		t.Key = append(t.Key, t.ColumnIndex(name))
-	}
-	if len(t.Key) == 0 {
-		return nil, fmt.Errorf("read schema of %s: no primary key; configure business_keys for it", id)
-	}
-	return t, nil
+	return readSchema(ctx, &v.cfg, v.exec, json, id)
 }
 
 func vTable(spec *tidemark.VerifySpec) string {

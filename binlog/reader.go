@@ -318,137 +318,57 @@ func (r *Reader) table(ctx context.Context, id tidemark.TableID) (*readTable, er
 	if ok {
 		return rt, nil
 	}
-	if err := tidemark.CheckIdentifier("database", id.Database); err != nil {
-		return nil, fmt.Errorf("read schema of %s: %w", id, err)
-	}
-	if err := tidemark.CheckIdentifier("table", id.Name); err != nil {
-		return nil, fmt.Errorf("read schema of %s: %w", id, err)
-	}
-	res, err := r.exec(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, NUMERIC_SCALE,
-		DATETIME_PRECISION, CHARACTER_SET_NAME FROM information_schema.COLUMNS
-		WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, id.Database, id.Name)
-	if err != nil {
-		return nil, fmt.Errorf("read schema of %s: %w", id, err)
-	}
-	if res.RowNumber() == 0 {
-		return nil, fmt.Errorf("read schema of %s: table not found", id)
-	}
 	json, err := r.t.jsonColumns(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	delete(r.t.jsonCols, id) // re-read when the table is read again after DDL
-	tbl := &tidemark.Table{ID: id}
+	tbl, err := readSchema(ctx, &r.t.cfg, r.exec, json, id)
+	if err != nil {
+		return nil, err
+	}
 	rt = &readTable{table: tbl}
-	excluded := r.t.cfg.excludedColumns(id)
-	for i := 0; i < res.RowNumber(); i++ {
-		name, _ := res.GetString(i, 0)
-		if excluded[strings.ToLower(name)] {
-			continue // never selected: the value does not leave the source
-		}
-		dataType, _ := res.GetString(i, 1)
-		colType, _ := res.GetString(i, 2)
-		nullable, _ := res.GetString(i, 3)
-		prec, _ := res.GetInt(i, 4)
-		scale, _ := res.GetInt(i, 5)
-		dtPrec, _ := res.GetInt(i, 6)
-		charset, _ := res.GetString(i, 7)
-		if err := tidemark.CheckIdentifier("column of "+id.String(), name); err != nil {
-			return nil, undecodable(id, fmt.Errorf("read schema of %s: %w", id, err))
-		}
-		env := &valueEnv{table: id, column: name, zone: r.t.cfg.zoneFor(id, name), zeroDates: r.t.cfg.ZeroDates, stats: &r.t.stats}
-		col := tidemark.Column{Name: name, Nullable: nullable == "YES"}
-		unsigned := strings.Contains(strings.ToLower(colType), "unsigned")
-		sel := tidemark.QuoteMySQL(name)
+	for _, col := range tbl.Columns {
+		env := &valueEnv{table: id, column: col.Name, zone: r.t.cfg.zoneFor(id, col.Name), zeroDates: r.t.cfg.ZeroDates, stats: &r.t.stats}
+		sel := tidemark.QuoteMySQL(col.Name)
 		var conv converter
-		dt := strings.ToLower(dataType)
-		switch dt {
-		case "tinyint", "smallint", "mediumint", "int", "bigint":
-			col.Bits = map[string]int{"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "bigint": 64}[dt]
-			if unsigned {
-				col.Kind, conv = tidemark.KindUint, env.convUint
-			} else {
-				col.Kind, conv = tidemark.KindInt, env.convInt
-			}
-		case "decimal":
-			col.Kind, conv = tidemark.KindDecimal, env.convDecimal
-			col.Precision, col.Scale = int(prec), int(scale)
-		case "float":
+		switch col.Kind {
+		case tidemark.KindInt:
+			conv = env.convInt
+		case tidemark.KindUint:
+			conv = env.convUint
+		case tidemark.KindDecimal:
+			conv = env.convDecimal
+		case tidemark.KindFloat:
 			// FLOAT's text form has 6 digits; widened to DOUBLE it
 			// prints the exact float32 value.
-			col.Kind, conv = tidemark.KindFloat, env.convFloat
+			conv = env.convFloat
 			sel = "CAST(" + sel + " AS DOUBLE)"
-		case "double":
-			col.Kind, conv = tidemark.KindDouble, env.convDouble
-		case "bit":
-			col.Kind, conv = tidemark.KindBit, env.convBit
-			col.Bits = int(prec)
+		case tidemark.KindDouble:
+			conv = env.convDouble
+		case tidemark.KindBit:
+			conv = env.convBit
 			sel = "CAST(" + sel + " AS UNSIGNED)"
-		case "year":
-			col.Kind, conv = tidemark.KindYear, env.convYear
-		case "date":
-			col.Kind, conv = tidemark.KindDate, env.convDate
-			sel = castChar(sel)
-		case "time":
-			col.Kind, conv, col.Scale = tidemark.KindTime, env.convTime, int(dtPrec)
-			sel = castChar(sel)
-		case "datetime":
-			col.Kind, conv, col.Scale = tidemark.KindDateTime, env.convDateTime, int(dtPrec)
-			sel = castChar(sel)
-		case "timestamp":
-			col.Kind, conv, col.Scale = tidemark.KindTimestamp, env.convTimestamp, int(dtPrec)
-			sel = castChar(sel)
-		case "enum":
-			col.Kind, conv = tidemark.KindEnum, env.convText(false)
-		case "set":
-			col.Kind, conv = tidemark.KindSet, env.convText(false)
-		case "json":
-			col.Kind, conv = tidemark.KindJSON, env.convJSON
-		case "binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob":
-			col.Kind, conv = tidemark.KindBytes, env.convBytes
-		case "char", "varchar", "tinytext", "text", "mediumtext", "longtext":
-			switch {
-			case json[name]:
-				col.Kind, conv = tidemark.KindJSON, env.convJSON
-			case strings.EqualFold(charset, "binary"):
-				col.Kind, conv = tidemark.KindBytes, env.convBytes
-			default:
-				// The connection is utf8mb4: the server converts latin1.
-				col.Kind, conv = tidemark.KindText, env.convText(false)
-			}
-		default:
-			return nil, undecodable(id, fmt.Errorf("read schema of %s: column %s: unsupported type %s", id, name, dataType))
+		case tidemark.KindYear:
+			conv = env.convYear
+		case tidemark.KindDate:
+			conv, sel = env.convDate, castChar(sel)
+		case tidemark.KindTime:
+			conv, sel = env.convTime, castChar(sel)
+		case tidemark.KindDateTime:
+			conv, sel = env.convDateTime, castChar(sel)
+		case tidemark.KindTimestamp:
+			conv, sel = env.convTimestamp, castChar(sel)
+		case tidemark.KindJSON:
+			conv = env.convJSON
+		case tidemark.KindBytes:
+			conv = env.convBytes
+		default: // text, ENUM, SET: the connection is utf8mb4, the server converts latin1
+			conv = env.convText(false)
 		}
-		tbl.Columns = append(tbl.Columns, col)
 		rt.conv = append(rt.conv, bytesToString(col.Kind, conv))
 		rt.selSQL = append(rt.selSQL, sel)
 		rt.kinds = append(rt.kinds, col.Kind)
-	}
-	if cols, ok := r.t.cfg.BusinessKeys[id.String()]; ok {
-		for _, c := range cols {
-			k := tbl.ColumnIndex(c)
-			if k < 0 {
-				return nil, undecodable(id, fmt.Errorf("read schema of %s: business_keys: column %q not in table", id, c))
-			}
-			tbl.Key = append(tbl.Key, k)
-		}
-	} else {
-		kr, err := r.exec(ctx, `SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE
-			WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION`, id.Database, id.Name)
-		if err != nil {
-			return nil, fmt.Errorf("read primary key of %s: %w", id, err)
-		}
-		for i := 0; i < kr.RowNumber(); i++ {
-			n, _ := kr.GetString(i, 0)
-			k := tbl.ColumnIndex(n)
-			if k < 0 {
-				return nil, undecodable(id, fmt.Errorf("read schema of %s: exclude_columns: %s is a key column and cannot be excluded", id, n))
-			}
-			tbl.Key = append(tbl.Key, k)
-		}
-		if len(tbl.Key) == 0 {
-			return nil, undecodable(id, fmt.Errorf("read schema of %s: table has no primary key (configure business_keys for it)", id))
-		}
 	}
 	r.mu.Lock()
 	r.tables[id] = rt

@@ -122,6 +122,19 @@ func TestReaderMatchesBinlog(t *testing.T) {
 	if got := res.Changes[0].After[res.Changes[0].Table.ColumnIndex("l1")]; got != "café €" {
 		t.Fatalf("latin1 column read as %q", got)
 	}
+	// The verifier reads the same schema (readSchema, kindOf).
+	v, err := NewVerifier(Config{Name: "test", Addr: addr, User: user, Password: pass, ServerID: 1, Include: []string{db + ".*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	vt, err := v.Table(ctx, tidemark.TableID{Database: db, Name: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vt.Fingerprint() != changes[0].Table.Fingerprint() {
+		t.Fatalf("schemas differ:\nverifier %s\nbinlog   %s", vt.Fingerprint(), changes[0].Table.Fingerprint())
+	}
 }
 
 func TestReaderWindowsAndCursor(t *testing.T) {

@@ -157,69 +157,73 @@ func (t *Tailer) buildTable(tm *replication.TableMapEvent, jsonCols map[string]b
 			col.Nullable = nullable
 		}
 		typ, meta := realType(tm, i)
+		coll, known := collations[i]
+		isText := typ == mysql.MYSQL_TYPE_VARCHAR || typ == mysql.MYSQL_TYPE_VAR_STRING || typ == mysql.MYSQL_TYPE_STRING || typ == mysql.MYSQL_TYPE_BLOB
+		if isText && !jsonCols[name] && !known && typ == mysql.MYSQL_TYPE_BLOB {
+			return nil, fmt.Errorf("decode table map of %s: column %s: no character set in the table map (set binlog_row_metadata=FULL): %w", id, name, tidemark.ErrSourceConfig)
+		}
+		var ok bool
+		col.Kind, col.Bits, ok = kindOf(mysqlType{
+			dataType: tableMapType(typ),
+			unsigned: unsigned[i],
+			binary:   isText && known && coll == collationBinary,
+			json:     isText && jsonCols[name],
+		})
+		if !ok {
+			return nil, fmt.Errorf("decode table map of %s: column %s: unsupported MySQL type %d", id, name, typ)
+		}
 		var conv converter
-		switch typ {
-		case mysql.MYSQL_TYPE_TINY, mysql.MYSQL_TYPE_SHORT, mysql.MYSQL_TYPE_INT24, mysql.MYSQL_TYPE_LONG, mysql.MYSQL_TYPE_LONGLONG:
-			col.Bits = map[byte]int{mysql.MYSQL_TYPE_TINY: 8, mysql.MYSQL_TYPE_SHORT: 16, mysql.MYSQL_TYPE_INT24: 24, mysql.MYSQL_TYPE_LONG: 32, mysql.MYSQL_TYPE_LONGLONG: 64}[typ]
-			if unsigned[i] {
-				col.Kind, conv = tidemark.KindUint, env.convUint
-			} else {
-				col.Kind, conv = tidemark.KindInt, env.convInt
-			}
-		case mysql.MYSQL_TYPE_NEWDECIMAL:
-			col.Kind, conv = tidemark.KindDecimal, env.convDecimal
+		switch col.Kind {
+		case tidemark.KindInt:
+			conv = env.convInt
+		case tidemark.KindUint:
+			conv = env.convUint
+		case tidemark.KindDecimal:
+			conv = env.convDecimal
 			col.Precision, col.Scale = int(meta>>8), int(meta&0xff)
-		case mysql.MYSQL_TYPE_FLOAT:
-			col.Kind, conv = tidemark.KindFloat, env.convFloat
-		case mysql.MYSQL_TYPE_DOUBLE:
-			col.Kind, conv = tidemark.KindDouble, env.convDouble
-		case mysql.MYSQL_TYPE_BIT:
-			col.Kind, conv = tidemark.KindBit, env.convBit
+		case tidemark.KindFloat:
+			conv = env.convFloat
+		case tidemark.KindDouble:
+			conv = env.convDouble
+		case tidemark.KindBit:
+			conv = env.convBit
 			col.Bits = int(meta>>8)*8 + int(meta&0xff)
-		case mysql.MYSQL_TYPE_YEAR:
-			col.Kind, conv = tidemark.KindYear, env.convYear
-		case mysql.MYSQL_TYPE_DATE, mysql.MYSQL_TYPE_NEWDATE:
-			col.Kind, conv = tidemark.KindDate, env.convDate
-		case mysql.MYSQL_TYPE_TIME, mysql.MYSQL_TYPE_TIME2:
-			col.Kind, conv = tidemark.KindTime, env.convTime
+		case tidemark.KindYear:
+			conv = env.convYear
+		case tidemark.KindDate:
+			conv = env.convDate
+		case tidemark.KindTime:
+			conv = env.convTime
 			if typ == mysql.MYSQL_TYPE_TIME2 {
 				col.Scale = int(meta)
 			}
-		case mysql.MYSQL_TYPE_DATETIME, mysql.MYSQL_TYPE_DATETIME2:
-			col.Kind, conv = tidemark.KindDateTime, env.convDateTime
+		case tidemark.KindDateTime:
+			conv = env.convDateTime
 			if typ == mysql.MYSQL_TYPE_DATETIME2 {
 				col.Scale = int(meta)
 			}
-		case mysql.MYSQL_TYPE_TIMESTAMP, mysql.MYSQL_TYPE_TIMESTAMP2:
-			col.Kind, conv = tidemark.KindTimestamp, env.convTimestamp
+		case tidemark.KindTimestamp:
+			conv = env.convTimestamp
 			if typ == mysql.MYSQL_TYPE_TIMESTAMP2 {
 				col.Scale = int(meta)
 			}
-		case mysql.MYSQL_TYPE_ENUM:
-			col.Kind, conv = tidemark.KindEnum, env.convEnum(enums[i])
-		case mysql.MYSQL_TYPE_SET:
-			col.Kind, conv = tidemark.KindSet, env.convSet(sets[i])
-		case mysql.MYSQL_TYPE_JSON:
-			col.Kind, conv = tidemark.KindJSON, env.convJSON
-		case mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_VAR_STRING, mysql.MYSQL_TYPE_STRING, mysql.MYSQL_TYPE_BLOB:
-			coll, known := collations[i]
-			switch {
-			case jsonCols[name]:
-				col.Kind, conv = tidemark.KindJSON, env.convJSON
-			case known && coll == collationBinary && typ == mysql.MYSQL_TYPE_STRING:
+		case tidemark.KindEnum:
+			conv = env.convEnum(enums[i])
+		case tidemark.KindSet:
+			conv = env.convSet(sets[i])
+		case tidemark.KindJSON:
+			conv = env.convJSON
+		case tidemark.KindBytes:
+			if typ == mysql.MYSQL_TYPE_STRING {
 				// BINARY(n): the binlog drops the trailing 0x00 pad
 				// bytes (the server's Field_string::pack), the column
 				// holds them.
-				col.Kind, conv = tidemark.KindBytes, env.convBinary(stringLength(meta))
-			case known && coll == collationBinary:
-				col.Kind, conv = tidemark.KindBytes, env.convBytes
-			case !known && typ == mysql.MYSQL_TYPE_BLOB:
-				return nil, fmt.Errorf("decode table map of %s: column %s: no character set in the table map (set binlog_row_metadata=FULL): %w", id, name, tidemark.ErrSourceConfig)
-			default:
-				col.Kind, conv = tidemark.KindText, env.convText(latin1Collations[coll])
+				conv = env.convBinary(stringLength(meta))
+			} else {
+				conv = env.convBytes
 			}
 		default:
-			return nil, fmt.Errorf("decode table map of %s: column %s: unsupported MySQL type %d", id, name, typ)
+			conv = env.convText(latin1Collations[coll])
 		}
 		tbl.Columns = append(tbl.Columns, col)
 		info.conv = append(info.conv, conv)

@@ -191,8 +191,9 @@ func (t *Tailer) query(ctx context.Context, q string, args ...any) (*mysql.Resul
 
 var jsonCheckRE = regexp.MustCompile("(?i)^\\s*json_valid\\(`((?:[^`]|``)+)`\\)\\s*$")
 
-// jsonColumns returns the columns of a MariaDB table declared JSON, i.e.
-// with a json_valid(col) check constraint. MySQL has a real JSON type.
+// jsonColumns returns the columns of a MariaDB table declared JSON
+// (readJSONColumns), cached per table until its next table map. MySQL has a
+// real JSON type.
 func (t *Tailer) jsonColumns(ctx context.Context, id tidemark.TableID) (map[string]bool, error) {
 	if t.cfg.Flavor != FlavorMariaDB {
 		return nil, nil
@@ -200,21 +201,14 @@ func (t *Tailer) jsonColumns(ctx context.Context, id tidemark.TableID) (map[stri
 	if m, ok := t.jsonCols[id]; ok {
 		return m, nil
 	}
-	var r *mysql.Result
+	var m map[string]bool
 	err := tidemark.Retry(ctx, "read JSON columns of "+id.String(), tidemark.Backoff{Attempts: 5}, isTransient, t.rl, func(ctx context.Context) error {
 		var err error
-		r, err = t.query(ctx, "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME = ?", id.Database, id.Name)
+		m, err = readJSONColumns(ctx, t.query, id)
 		return err
 	})
 	if err != nil {
 		return nil, err
-	}
-	m := map[string]bool{}
-	for i := 0; i < r.RowNumber(); i++ {
-		clause, _ := r.GetString(i, 0)
-		if sm := jsonCheckRE.FindStringSubmatch(clause); sm != nil {
-			m[strings.ReplaceAll(sm[1], "``", "`")] = true
-		}
 	}
 	t.jsonCols[id] = m
 	return m, nil
