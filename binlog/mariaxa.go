@@ -37,7 +37,7 @@ type mariaXA struct {
 	t *Tailer
 	// prepared holds the XA transactions prepared and not yet committed
 	// or rolled back, by XID.
-	prepared map[string]*xaPrepared
+	prepared xaSet
 	// held are the chunks read after the first prepared transaction, in
 	// order; heldBytes their estimated size; heldPos the newest commit
 	// position among them.
@@ -106,23 +106,18 @@ func (mx *mariaXA) event(ev *replication.BinlogEvent, tx *txState, commit func(*
 		case "END":
 			tx.xa = xid
 		case "COMMIT", "ROLLBACK":
-			p, ok := mx.prepared[xid]
-			if !ok {
-				if verb == "ROLLBACK" {
-					return true, commit(ev.Header) // nothing of it was read
-				}
-				return false, fmt.Errorf("XA COMMIT %s: its XA PREPARE was not read since the start position, so its rows cannot be read from the binlog; re-read the tables (`tidemark catchup`) from a position before the XA PREPARE", xid)
+			_, found, err := mx.prepared.resolve(t, xid, verb == "COMMIT", tx)
+			if err != nil {
+				return false, err
 			}
-			delete(mx.prepared, xid)
+			if !found {
+				return true, commit(ev.Header) // a rollback: nothing of it was read
+			}
 			if verb == "COMMIT" {
 				// Applied at the XA COMMIT: its version and position.
-				tx.changes, tx.ddl = p.changes, p.ddl
 				for i := range tx.changes {
 					tx.changes[i].Version = tidemark.Version{Seq: tx.seq, Index: uint32(i + 1)}
 				}
-				t.cfg.Logger.Debug("XA COMMIT applies a prepared transaction", "source", t.cfg.Name, "xid", xid, "changes", len(p.changes))
-			} else {
-				t.cfg.Logger.Debug("XA ROLLBACK drops a prepared transaction", "source", t.cfg.Name, "xid", xid, "changes", len(p.changes))
 			}
 			if err := release(); err != nil {
 				return false, err
@@ -131,28 +126,9 @@ func (mx *mariaXA) event(ev *replication.BinlogEvent, tx *txState, commit func(*
 		}
 		return true, nil
 	case *replication.GenericEvent:
-		if ev.Header.EventType != replication.XA_PREPARE_LOG_EVENT {
-			return false, nil
-		}
-		xid, onePhase, err := xaPrepareXID(e.Data)
-		if err != nil {
-			return false, err
-		}
-		if tx.xa != "" && tx.xa != xid {
-			return false, fmt.Errorf("XA PREPARE %s inside XA transaction %s", xid, tx.xa)
-		}
-		tx.xa = ""
-		if onePhase {
-			return true, commit(ev.Header)
-		}
-		if _, dup := mx.prepared[xid]; dup {
-			return false, fmt.Errorf("XA PREPARE %s while a transaction with that XID is already prepared", xid)
-		}
 		// Held even without rows of replicated tables: its XA COMMIT must
 		// find it after a restart.
-		mx.prepared[xid] = &xaPrepared{changes: tx.changes, ddl: tx.ddl}
-		*tx = txState{}
-		return true, nil
+		return mx.prepared.prepare(ev, e, tx, true, commit, nil)
 	}
 	return false, nil
 }

@@ -84,21 +84,14 @@ type mysqlStream struct {
 	set *mysql.MysqlGTIDSet
 	// prepared holds the XA transactions prepared and not yet committed
 	// or rolled back, by XID.
-	prepared map[string]*xaPrepared
-}
-
-// xaPrepared is a prepared XA transaction waiting for its XA COMMIT.
-type xaPrepared struct {
-	gtid    string
-	changes []tidemark.Change
-	ddl     []tidemark.DDLEvent
+	prepared xaSet
 }
 
 // startMySQL starts a MySQL stream from pos: by GTID set when the server
 // has gtid_mode=ON and pos has one, else by file and offset (the oldest
 // file when pos is zero).
 func (t *Tailer) startMySQL(ctx context.Context, syncer *replication.BinlogSyncer, pos tidemark.Position) (*replication.BinlogStreamer, *mysqlStream, string, error) {
-	ms := &mysqlStream{t: t, prepared: map[string]*xaPrepared{}}
+	ms := &mysqlStream{t: t, prepared: xaSet{}}
 	if t.mysqlGTIDMode && pos.GTID != "" {
 		gs, err := mysql.ParseMysqlGTIDSet(pos.GTID)
 		if err != nil {
@@ -258,53 +251,30 @@ func (ms *mysqlStream) event(ev *replication.BinlogEvent, tx *txState, commit fu
 				tx.commitTime = time.Unix(int64(ev.Header.Timestamp), 0).UTC()
 			}
 		case "END":
-		case "COMMIT":
-			p, ok := ms.prepared[xid]
-			if !ok {
-				return false, fmt.Errorf("XA COMMIT %s: its XA PREPARE was not read since the start position, so its rows cannot be read from the binlog; re-read the tables (fallback catch-up) from a position before the XA PREPARE", xid)
+		case "COMMIT", "ROLLBACK":
+			p, found, err := ms.prepared.resolve(t, xid, verb == "COMMIT", tx)
+			if err != nil {
+				return false, err
 			}
-			delete(ms.prepared, xid)
-			tx.changes, tx.ddl = p.changes, p.ddl
-			tx.mysqlGTIDs = append(tx.mysqlGTIDs, p.gtid)
-			t.cfg.Logger.Debug("XA COMMIT applies a prepared transaction", "source", t.cfg.Name, "xid", xid, "changes", len(p.changes))
-			return true, commit(ev.Header)
-		case "ROLLBACK":
-			if p, ok := ms.prepared[xid]; ok {
-				delete(ms.prepared, xid)
+			if found {
 				tx.mysqlGTIDs = append(tx.mysqlGTIDs, p.gtid)
-				t.cfg.Logger.Debug("XA ROLLBACK drops a prepared transaction", "source", t.cfg.Name, "xid", xid, "changes", len(p.changes))
 			}
-			tx.changes = nil
+			if verb == "ROLLBACK" {
+				tx.changes = nil
+			}
 			return true, commit(ev.Header)
 		}
 		return true, nil
 	case *replication.GenericEvent:
-		if ev.Header.EventType != replication.XA_PREPARE_LOG_EVENT {
-			return false, nil
-		}
-		xid, onePhase, err := xaPrepareXID(e.Data)
-		if err != nil {
-			return false, err
-		}
-		if tx.xa != xid {
-			return false, fmt.Errorf("XA PREPARE %s without its XA START (read %q)", xid, tx.xa)
-		}
-		tx.xa = ""
-		if onePhase {
-			return true, commit(ev.Header)
-		}
-		if !t.mysqlGTIDMode || len(tx.mysqlGTIDs) == 0 {
-			return false, fmt.Errorf("XA PREPARE %s on a source without GTIDs: a file/offset position cannot leave a prepared transaction out, so a restart would lose its rows; set gtid_mode=ON (with enforce_gtid_consistency=ON) on the source: %w", xid, tidemark.ErrSourceConfig)
-		}
-		if ms.set == nil {
-			return false, fmt.Errorf("XA PREPARE %s while the GTID set of the position is not known yet (resumed by file and offset, before the next binlog file's PREVIOUS_GTIDS): a position could not leave the prepared transaction out; restart from a checkpoint with a GTID set, or after FLUSH BINARY LOGS on the source", xid)
-		}
-		if _, dup := ms.prepared[xid]; dup {
-			return false, fmt.Errorf("XA PREPARE %s while a transaction with that XID is already prepared", xid)
-		}
-		ms.prepared[xid] = &xaPrepared{gtid: tx.mysqlGTIDs[0], changes: tx.changes, ddl: tx.ddl}
-		*tx = txState{}
-		return true, nil
+		return ms.prepared.prepare(ev, e, tx, false, commit, func(xid string) (string, error) {
+			if !t.mysqlGTIDMode || len(tx.mysqlGTIDs) == 0 {
+				return "", fmt.Errorf("XA PREPARE %s on a source without GTIDs: a file/offset position cannot leave a prepared transaction out, so a restart would lose its rows; set gtid_mode=ON (with enforce_gtid_consistency=ON) on the source: %w", xid, tidemark.ErrSourceConfig)
+			}
+			if ms.set == nil {
+				return "", fmt.Errorf("XA PREPARE %s while the GTID set of the position is not known yet (resumed by file and offset, before the next binlog file's PREVIOUS_GTIDS): a position could not leave the prepared transaction out; restart from a checkpoint with a GTID set, or after FLUSH BINARY LOGS on the source", xid)
+			}
+			return tx.mysqlGTIDs[0], nil
+		})
 	}
 	return false, nil
 }

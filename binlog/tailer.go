@@ -393,7 +393,7 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 
 	var mx *mariaXA // MariaDB flavor only
 	if t.cfg.Flavor == FlavorMariaDB {
-		mx = &mariaXA{t: t, prepared: map[string]*xaPrepared{}}
+		mx = &mariaXA{t: t, prepared: xaSet{}}
 	}
 	var tx txState
 	send := func(ch tidemark.Chunk) error {
