@@ -51,7 +51,7 @@ func daemonMetricNames(t *testing.T) map[string]bool {
 	m.SetVerify(tidemark.VerifyRun{Tables: 1, FinishedAt: time.Now()})
 	m.WatchDedupe(func(f func(string, uint64)) { f("seen", 1); f("keys", 1) })
 	m.WatchDirectInserts(func() (int64, int64) { return 1, 0 })
-	tableStateMetric(m)(tidemark.TableState{Table: tbl.ID, Mode: tidemark.TableStreaming})
+	m.WatchTableStates()(tidemark.TableState{Table: tbl.ID, Mode: tidemark.TableStreaming})
 	fams, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -556,7 +556,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 		return exitFailed
 	}
 	defer src.Close()
-	d.onTableState = tableStateMetric(m)
+	d.onTableState = m.WatchTableStates()
 	d.onCatchUp = page.SetCatchUp
 	m.SetStatusPage(page)
 	g, gctx := errgroup.WithContext(ctx)

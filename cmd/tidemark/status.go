@@ -11,6 +11,7 @@ import (
 
 	"tidemark"
 	"tidemark/binlog"
+	"tidemark/metrics"
 	"tidemark/sink/kafka"
 	"tidemark/status"
 )
@@ -232,10 +233,6 @@ func printStatus(w io.Writer, rep *status.Report) {
 	}
 }
 
-// errNoCheckpointYet: there is no position to measure the retention of yet
-// (a first start, before the first commit). Not a failure.
-var errNoCheckpointYet = errors.New("no checkpoint yet")
-
 // retentionProbe returns what Metrics.WatchRetention calls in the daemon:
 // the stored checkpoint of source and the retention of its binlog file.
 func retentionProbe(src *binlog.Verifier, sink interface {
@@ -247,7 +244,7 @@ func retentionProbe(src *binlog.Verifier, sink interface {
 			return tidemark.Retention{}, err
 		}
 		if !ok {
-			return tidemark.Retention{}, fmt.Errorf("binlog retention of %s: %w", source, errNoCheckpointYet)
+			return tidemark.Retention{}, fmt.Errorf("binlog retention of %s: %w", source, metrics.ErrNoCheckpointYet)
 		}
 		return src.Retention(ctx, pos, time.Now())
 	}
