@@ -16,6 +16,16 @@ type TableID struct {
 // String returns "database.table".
 func (id TableID) String() string { return id.Database + "." + id.Name }
 
+// ParseTableID parses "database.table" (String's form; each part a valid
+// identifier, see ValidIdentifier). The error quotes s.
+func ParseTableID(s string) (TableID, error) {
+	db, name, ok := strings.Cut(s, ".")
+	if !ok || !ValidIdentifier(db) || !ValidIdentifier(name) {
+		return TableID{}, fmt.Errorf("table %q: want database.table", s)
+	}
+	return TableID{Database: db, Name: name}, nil
+}
+
 // Kind is the normalized type of a column. Each kind has exactly one Go
 // representation in Change images (nil is NULL for every kind):
 //

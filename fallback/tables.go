@@ -82,7 +82,13 @@ func (c *CatchUp) Snapshotter(idx tidemark.IndexLister, reg Registry, report fun
 // Like a catch-up of every table it stores the captured position as the
 // checkpoint; when tables were left out, it stores it through checkpoint
 // (the pipeline's target, so that with a fan-out every sink moves).
+//
+// With a nil reg (a target without table states: Kafka alone) it is
+// RunReport of every table.
 func (c *CatchUp) RunStreaming(ctx context.Context, idx tidemark.IndexLister, reg Registry, checkpoint tidemark.Sink) (Report, error) {
+	if reg == nil {
+		return c.RunReport(ctx, nil)
+	}
 	source, log := c.cfg.Source, c.cfg.Logger
 	states, err := reg.TableStates(ctx, source)
 	if err != nil {

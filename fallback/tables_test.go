@@ -164,3 +164,18 @@ func TestSnapshotterEnsuresEmptyTables(t *testing.T) {
 		}
 	}
 }
+
+// TestRunStreamingWithoutRegistry: a target without table states (Kafka
+// alone) gets a catch-up of every table; a table it cannot follow fails the
+// run, naming the table (there is nowhere to quarantine it).
+func TestRunStreamingWithoutRegistry(t *testing.T) {
+	c, tgt, _, read := streamingFixture(t)
+	_, err := c.RunStreaming(context.Background(), noIndexes{}, nil, tgt)
+	var te *tidemark.TableError
+	if !errors.As(err, &te) || te.Table.Name != "items" {
+		t.Fatalf("error %v, want a TableError of shop.items", err)
+	}
+	if len(*read) == 0 || (*read)[0] != tid {
+		t.Fatalf("read %v, want shop.orders first", *read)
+	}
+}

@@ -52,12 +52,12 @@ func cmdCatchup(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	defer d.Close()
 	var only []tidemark.TableID
 	for _, t := range tables {
-		db, name, ok := strings.Cut(t, ".")
-		if !ok {
-			fmt.Fprintf(stderr, "tidemark: --table %q: want db.table\n", t)
+		id, err := tidemark.ParseTableID(t)
+		if err != nil {
+			fmt.Fprintf(stderr, "tidemark catchup: --table: %v\n", err)
 			return exitUsage
 		}
-		only = append(only, tidemark.TableID{Database: db, Name: name})
+		only = append(only, id)
 	}
 	source := cfg.Source.Name
 	catchUp, err := d.needCatchUp("tidemark catchup")
@@ -111,11 +111,7 @@ func cmdCatchup(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		// Every table that is streaming (quarantined ones wait for a
 		// resync), then the checkpoint.
-		if d.registry != nil {
-			rep, err = catchUp.RunStreaming(ctx, d.reader, d.registry, d.target)
-		} else {
-			rep, err = catchUp.RunReport(ctx, nil) // Kafka alone: no table states
-		}
+		rep, err = catchUp.RunStreaming(ctx, d.reader, d.registry, d.target)
 	} else {
 		rep, err = catchUp.RunReport(ctx, only)
 	}

@@ -420,16 +420,15 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 			d.onCatchUp(true)
 			defer d.onCatchUp(false)
 		}
-		if registry == nil {
-			// Kafka alone: no table states to honour, no assertion.
-			rep, err := catchUp.RunReport(ctx, nil)
-			return rep.Snapshot.Position, err
-		}
+		// The target's clock before loading: the post-load assertion
+		// checks the rows loaded since then.
 		var since time.Time
 		if clock != nil {
-			if since, err = clock.Now(ctx); err != nil {
+			now, err := clock.Now(ctx)
+			if err != nil {
 				return tidemark.Position{}, err
 			}
+			since = now
 		}
 		rep, err := catchUp.RunStreaming(ctx, reader, registry, target)
 		if err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"tidemark"
@@ -42,12 +41,12 @@ func cmdResync(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	var ids []tidemark.TableID
 	for _, t := range tables {
-		db, name, ok := strings.Cut(t, ".")
-		if !ok || strings.Contains(name, ".") || !tidemark.ValidIdentifier(db) || !tidemark.ValidIdentifier(name) {
-			fmt.Fprintf(stderr, "tidemark resync: --table %q: want db.table\n", t)
+		id, err := tidemark.ParseTableID(t)
+		if err != nil {
+			fmt.Fprintf(stderr, "tidemark resync: --table: %v\n", err)
 			return exitUsage
 		}
-		ids = append(ids, tidemark.TableID{Database: db, Name: name})
+		ids = append(ids, id)
 	}
 	log := newLogger(cfg.Log, stderr)
 	d, err := wire(ctx, cfg, log, nil)

@@ -50,11 +50,11 @@ func zoneOf(bc binlog.Config, id tidemark.TableID, column string) string {
 func verifyTableIDs(tables []string) ([]tidemark.TableID, error) {
 	var ids []tidemark.TableID
 	for _, t := range tables {
-		db, name, ok := strings.Cut(t, ".")
-		if !ok || db == "" || name == "" || strings.Contains(name, ".") {
-			return nil, fmt.Errorf("verify: --table %q: want db.table", t)
+		id, err := tidemark.ParseTableID(t)
+		if err != nil {
+			return nil, fmt.Errorf("verify: --table: %w", err)
 		}
-		ids = append(ids, tidemark.TableID{Database: db, Name: name})
+		ids = append(ids, id)
 	}
 	return ids, nil
 }
