@@ -7,14 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"math/big"
-	"net"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 
@@ -31,9 +28,7 @@ import (
 // values read as UTC) and utf8mb4.
 type Verifier struct {
 	cfg Config
-
-	mu   sync.Mutex
-	idle []*client.Conn
+	sql *sqlConns
 }
 
 var _ tidemark.SourceVerifier = (*Verifier)(nil)
@@ -44,64 +39,18 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Verifier{cfg: cfg}, nil
+	v := &Verifier{cfg: cfg}
+	v.sql = &sqlConns{cfg: &v.cfg, purpose: "verify session",
+		setup: []string{"SET time_zone = '+00:00'", "SET NAMES utf8mb4", "SET SESSION group_concat_max_len = 1048576"}}
+	return v, nil
 }
 
 // Close closes the idle connections (call it when no query runs).
-func (v *Verifier) Close() error {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	var errs []error
-	for _, c := range v.idle {
-		errs = append(errs, c.Close())
-	}
-	v.idle = nil
-	return errors.Join(errs...)
-}
+func (v *Verifier) Close() error { return v.sql.close() }
 
-// conn takes an idle connection or opens one.
-func (v *Verifier) conn(ctx context.Context) (*client.Conn, error) {
-	v.mu.Lock()
-	if n := len(v.idle); n > 0 {
-		c := v.idle[n-1]
-		v.idle = v.idle[:n-1]
-		v.mu.Unlock()
-		return c, nil
-	}
-	v.mu.Unlock()
-	c, err := connectSQL(ctx, &v.cfg)
-	if err != nil {
-		return nil, err
-	}
-	for _, s := range []string{"SET time_zone = '+00:00'", "SET NAMES utf8mb4", "SET SESSION group_concat_max_len = 1048576"} {
-		if _, err := c.Execute(s); err != nil {
-			c.Close()
-			return nil, fmt.Errorf("set up verify session on source %s: %w", v.cfg.Name, err)
-		}
-	}
-	return c, nil
-}
-
-// exec runs one statement; a failed statement drops its connection. go-mysql
-// has no context support: ctx bounds only the connect, QueryTimeout every
-// wait for an answer.
+// exec runs one statement on a connection of its own.
 func (v *Verifier) exec(ctx context.Context, q string, args ...any) (*mysql.Result, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	c, err := v.conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	r, err := c.Execute(q, args...)
-	if err != nil {
-		_ = c.Close()
-		return nil, sqlErr(&v.cfg, err)
-	}
-	v.mu.Lock()
-	v.idle = append(v.idle, c)
-	v.mu.Unlock()
-	return r, nil
+	return v.sql.exec(ctx, q, args...)
 }
 
 // Tables lists the base tables the config includes.
@@ -712,18 +661,9 @@ func (v *Verifier) Retention(ctx context.Context, pos tidemark.Position, now tim
 // fileCreated returns the timestamp of the first events of a binlog file
 // (its format description event): when the file was created.
 func (v *Verifier) fileCreated(ctx context.Context, file string) (time.Time, error) {
-	host, portStr, _ := net.SplitHostPort(v.cfg.Addr)
-	port, _ := strconv.Atoi(portStr)
-	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
-		ServerID:         v.cfg.ServerID ^ 0x80000000,
-		Flavor:           v.cfg.Flavor,
-		Host:             host,
-		Port:             uint16(port),
-		User:             v.cfg.User,
-		Password:         v.cfg.Password,
-		DisableRetrySync: true,
-		Logger:           slog.New(slog.DiscardHandler),
-	})
+	sc := syncerConfig(&v.cfg, v.cfg.ServerID^0x80000000)
+	sc.Logger = slog.New(slog.DiscardHandler)
+	syncer := replication.NewBinlogSyncer(sc)
 	defer syncer.Close()
 	streamer, err := syncer.StartSync(mysql.Position{Name: file, Pos: 4})
 	if err != nil {

@@ -7,12 +7,9 @@ import (
 	"io"
 	"net"
 	"regexp"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 
@@ -30,8 +27,9 @@ type Tailer struct {
 	// jsonCols caches, per table, the columns declared JSON (MariaDB).
 	jsonCols map[tidemark.TableID]map[string]bool
 
-	metaMu   sync.Mutex
-	metaConn *client.Conn
+	// sql is the metadata session: one connection, TIMESTAMP values read
+	// in UTC.
+	sql *sqlConns
 
 	// lin is the epoch and identity positions are made in (shared with a
 	// Reader made by NewReaderFor).
@@ -51,29 +49,23 @@ func New(cfg Config) (*Tailer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Tailer{
+	t := &Tailer{
 		cfg:      cfg,
 		rl:       &tidemark.RateLimitedLogger{Logger: cfg.Logger, Interval: 10 * time.Second},
 		tables:   map[string]*tableInfo{},
 		jsonCols: map[tidemark.TableID]map[string]bool{},
 		lin:      &lineage{},
-	}, nil
+	}
+	// TIMESTAMP values read over SQL are always read in UTC.
+	t.sql = &sqlConns{cfg: &t.cfg, setup: []string{"SET time_zone = '+00:00'"}, purpose: "metadata session", shared: true}
+	return t, nil
 }
 
 // Stats returns the tailer's counters.
 func (t *Tailer) Stats() *Stats { return &t.stats }
 
 // Close closes the tailer's metadata connection.
-func (t *Tailer) Close() error {
-	t.metaMu.Lock()
-	defer t.metaMu.Unlock()
-	if t.metaConn != nil {
-		err := t.metaConn.Close()
-		t.metaConn = nil
-		return err
-	}
-	return nil
-}
+func (t *Tailer) Close() error { return t.sql.close() }
 
 // Stream implements tidemark.Source. It checks the server's binlog settings,
 // then streams from just after from (the oldest retained binlog when from is
@@ -121,72 +113,9 @@ func (t *Tailer) Stream(ctx context.Context, from tidemark.Position, out chan<- 
 	}
 }
 
-// meta returns a SQL connection to the source for metadata queries.
-func (t *Tailer) meta(ctx context.Context) (*client.Conn, error) {
-	t.metaMu.Lock()
-	defer t.metaMu.Unlock()
-	if t.metaConn != nil {
-		if err := t.metaConn.Ping(); err == nil {
-			return t.metaConn, nil
-		}
-		_ = t.metaConn.Close()
-		t.metaConn = nil
-	}
-	c, err := connectSQL(ctx, &t.cfg)
-	if err != nil {
-		return nil, err
-	}
-	// TIMESTAMP values read over SQL are always read in UTC.
-	if _, err := c.Execute("SET time_zone = '+00:00'"); err != nil {
-		_ = c.Close()
-		return nil, fmt.Errorf("set session time zone on source %s: %w", t.cfg.Name, err)
-	}
-	t.metaConn = c
-	return c, nil
-}
-
-// connectSQL opens a source SQL connection whose handshake and every read
-// and write wait at most cfg.QueryTimeout (go-mysql sets the socket
-// deadline before each packet): without it a half-open connection hangs a
-// catch-up read, a verify or a schema lookup forever.
-func connectSQL(ctx context.Context, cfg *Config) (*client.Conn, error) {
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	c, err := client.ConnectWithContext(dctx, cfg.Addr, cfg.User, cfg.Password, "", 10*time.Second, func(c *client.Conn) error {
-		c.ReadTimeout, c.WriteTimeout = cfg.QueryTimeout, cfg.QueryTimeout
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("connect to source %s at %s: %w", cfg.Name, cfg.Addr, sqlErr(cfg, err))
-	}
-	return c, nil
-}
-
-// sqlErr redacts a source SQL error and says what a timeout means.
-func sqlErr(cfg *Config, err error) error {
-	err = redact(err, cfg.Password)
-	if err != nil && strings.Contains(err.Error(), "i/o timeout") {
-		return fmt.Errorf("no answer from source %s at %s within query_timeout %s (a half-open connection?): %w", cfg.Name, cfg.Addr, cfg.QueryTimeout, err)
-	}
-	return err
-}
-
+// query runs a metadata statement on the tailer's SQL session.
 func (t *Tailer) query(ctx context.Context, q string, args ...any) (*mysql.Result, error) {
-	c, err := t.meta(ctx)
-	if err != nil {
-		return nil, err
-	}
-	r, err := c.Execute(q, args...)
-	if err != nil {
-		t.metaMu.Lock()
-		_ = c.Close()
-		if t.metaConn == c {
-			t.metaConn = nil
-		}
-		t.metaMu.Unlock()
-		return nil, sqlErr(&t.cfg, err)
-	}
-	return r, nil
+	return t.sql.exec(ctx, q, args...)
 }
 
 var jsonCheckRE = regexp.MustCompile("(?i)^\\s*json_valid\\(`((?:[^`]|``)+)`\\)\\s*$")
@@ -280,44 +209,35 @@ type txState struct {
 // pos is advanced at every emitted transaction boundary. progressed reports
 // whether at least one transaction was emitted.
 func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out chan<- tidemark.Chunk) (progressed bool, err error) {
-	host, portStr, _ := net.SplitHostPort(t.cfg.Addr)
-	port, _ := strconv.Atoi(portStr)
 	watch := newReadWatch(t.cfg.ReadTimeout)
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go watch.run(wctx)              // owned: ends when streamOnce returns
 	rows := &rowFilter{cfg: &t.cfg} // used by go-mysql's decode goroutine only
-	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
-		ServerID: t.cfg.ServerID,
-		Flavor:   t.cfg.Flavor,
-		Host:     host,
-		Port:     uint16(port),
-		User:     t.cfg.User,
-		Password: t.cfg.Password,
-		// ParseTime: temporal values as time.Time, not formatted text.
-		// go-mysql builds a DATETIME with time.Date, which silently turns
-		// an invalid date stored under ALLOW_INVALID_DATES ('2026-02-30')
-		// into another ('2026-03-02'): decodeRows (datecheck.go) finds
-		// those in the raw row and hands them on as text, which
-		// convDateTime rejects naming the column.
-		ParseTime: true,
-		// MySQL's binary JSON as MySQL's own JSON text: exact big
-		// integers and decimals, doubles and temporal values as MySQL
-		// prints them (mysql.go). MariaDB's JSON is text already.
-		RenderJSONAsMySQLText: true,
-		RowsEventDecodeFunc:   func(e *replication.RowsEvent, data []byte) error { return decodeRows(e, data, rows.skip) },
-		HeartbeatPeriod:       t.cfg.Heartbeat,
-		// No ReadTimeout: go-mysql would set a read deadline on every
-		// packet (a tenth of the decoder's time on small transactions).
-		// readWatch enforces it instead (watch.go).
-		Dialer:           watch.dial,
-		DisableRetrySync: true,
-		// go-mysql decodes ahead into this many events; its default
-		// (10240) holds hundreds of MB of decoded rows and makes every GC
-		// cycle scan them. 256 keeps the decoder busy and memory bounded.
-		EventCacheCount: 256,
-		Logger:          goMySQLLogger(t.cfg.Logger),
-	})
+	sc := syncerConfig(&t.cfg, t.cfg.ServerID)
+	// ParseTime: temporal values as time.Time, not formatted text.
+	// go-mysql builds a DATETIME with time.Date, which silently turns an
+	// invalid date stored under ALLOW_INVALID_DATES ('2026-02-30') into
+	// another ('2026-03-02'): decodeRows (datecheck.go) finds those in the
+	// raw row and hands them on as text, which convDateTime rejects naming
+	// the column.
+	sc.ParseTime = true
+	// MySQL's binary JSON as MySQL's own JSON text: exact big integers and
+	// decimals, doubles and temporal values as MySQL prints them
+	// (mysql.go). MariaDB's JSON is text already.
+	sc.RenderJSONAsMySQLText = true
+	sc.RowsEventDecodeFunc = func(e *replication.RowsEvent, data []byte) error { return decodeRows(e, data, rows.skip) }
+	sc.HeartbeatPeriod = t.cfg.Heartbeat
+	// No ReadTimeout: go-mysql would set a read deadline on every packet
+	// (a tenth of the decoder's time on small transactions). readWatch
+	// enforces it instead (watch.go).
+	sc.Dialer = watch.dial
+	// go-mysql decodes ahead into this many events; its default (10240)
+	// holds hundreds of MB of decoded rows and makes every GC cycle scan
+	// them. 256 keeps the decoder busy and memory bounded.
+	sc.EventCacheCount = 256
+	sc.Logger = goMySQLLogger(t.cfg.Logger)
+	syncer := replication.NewBinlogSyncer(sc)
 	defer syncer.Close()
 
 	// Who is the server now? Compared with the position's identity on

@@ -1,0 +1,159 @@
+package binlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+)
+
+// The connections of package binlog to the source: SQL statements through
+// sqlConns (connectSQL, sqlErr), replication streams through syncerConfig.
+
+// connectSQL opens a source SQL connection whose handshake and every read
+// and write wait at most cfg.QueryTimeout (go-mysql sets the socket
+// deadline before each packet): without it a half-open connection hangs a
+// catch-up read, a verify or a schema lookup forever.
+func connectSQL(ctx context.Context, cfg *Config) (*client.Conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := client.ConnectWithContext(dctx, cfg.Addr, cfg.User, cfg.Password, "", 10*time.Second, func(c *client.Conn) error {
+		c.ReadTimeout, c.WriteTimeout = cfg.QueryTimeout, cfg.QueryTimeout
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to source %s at %s: %w", cfg.Name, cfg.Addr, sqlErr(cfg, err))
+	}
+	return c, nil
+}
+
+// sqlErr redacts a source SQL error and says what a timeout means.
+func sqlErr(cfg *Config, err error) error {
+	err = redact(err, cfg.Password)
+	if err != nil && strings.Contains(err.Error(), "i/o timeout") {
+		return fmt.Errorf("no answer from source %s at %s within query_timeout %s (a half-open connection?): %w", cfg.Name, cfg.Addr, cfg.QueryTimeout, err)
+	}
+	return err
+}
+
+// sqlConns holds a component's SQL connections to the source, opened with
+// connectSQL and set up with the session statements setup (what fails there
+// is named by purpose). A statement that fails drops its connection; its
+// error is redacted (sqlErr). go-mysql has no context support: ctx bounds
+// only the connect, Config.QueryTimeout every wait for an answer.
+//
+// A shared sqlConns keeps one session for every statement, pinged before
+// each reuse (the tailer's: a capture runs several statements in one
+// transaction on it). Otherwise each statement takes an idle connection or
+// opens one, so that concurrent statements run on their own (the
+// verifier's).
+type sqlConns struct {
+	cfg     *Config
+	setup   []string
+	purpose string // "verify session", in "set up <purpose> on source …"
+	shared  bool
+
+	mu   sync.Mutex
+	idle []*client.Conn // shared: at most one, in use or not
+}
+
+// conn returns a connection for one statement.
+func (p *sqlConns) conn(ctx context.Context) (*client.Conn, error) {
+	p.mu.Lock()
+	if p.shared {
+		defer p.mu.Unlock()
+		if len(p.idle) == 1 {
+			if err := p.idle[0].Ping(); err == nil {
+				return p.idle[0], nil
+			}
+			_ = p.idle[0].Close()
+			p.idle = nil
+		}
+	} else {
+		if n := len(p.idle); n > 0 {
+			c := p.idle[n-1]
+			p.idle = p.idle[:n-1]
+			p.mu.Unlock()
+			return c, nil
+		}
+		p.mu.Unlock()
+	}
+	c, err := connectSQL(ctx, p.cfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range p.setup {
+		if _, err := c.Execute(s); err != nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("set up %s on source %s: %w", p.purpose, p.cfg.Name, sqlErr(p.cfg, err))
+		}
+	}
+	if p.shared {
+		p.idle = []*client.Conn{c}
+	}
+	return c, nil
+}
+
+// exec runs one statement. On a shared session it runs even when ctx is
+// done: a capture's deferred COMMIT or UNLOCK TABLES must still release
+// what it took.
+func (p *sqlConns) exec(ctx context.Context, q string, args ...any) (*mysql.Result, error) {
+	if err := ctx.Err(); err != nil && !p.shared {
+		return nil, err
+	}
+	c, err := p.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r, err := c.Execute(q, args...)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		_ = c.Close()
+		if p.shared && len(p.idle) == 1 && p.idle[0] == c {
+			p.idle = nil
+		}
+		return nil, sqlErr(p.cfg, err)
+	}
+	if !p.shared {
+		p.idle = append(p.idle, c)
+	}
+	return r, nil
+}
+
+// close closes the idle connections (call it when no statement runs).
+func (p *sqlConns) close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	for _, c := range p.idle {
+		errs = append(errs, c.Close())
+	}
+	p.idle = nil
+	return errors.Join(errs...)
+}
+
+// syncerConfig is the part of a replication connection's configuration
+// that every binlog stream of cfg's source shares: address, account,
+// flavor, and no retry inside go-mysql (the callers reconnect themselves).
+func syncerConfig(cfg *Config, serverID uint32) replication.BinlogSyncerConfig {
+	host, portStr, _ := net.SplitHostPort(cfg.Addr)
+	port, _ := strconv.Atoi(portStr)
+	return replication.BinlogSyncerConfig{
+		ServerID:         serverID,
+		Flavor:           cfg.Flavor,
+		Host:             host,
+		Port:             uint16(port),
+		User:             cfg.User,
+		Password:         cfg.Password,
+		DisableRetrySync: true,
+	}
+}
