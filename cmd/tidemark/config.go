@@ -22,9 +22,10 @@ import (
 	"tidemark/verify"
 )
 
-// Config is the YAML configuration file (every key is shown, with its
-// default, in tidemark.example.yaml; its sections are the types below, all
-// in this file). Unknown keys are rejected; ${NAME} in any value is
+// Config is the YAML configuration file (README.md, section Configuration,
+// has a table of the keys and tidemark.example.yaml shows the common ones;
+// its sections are the types below, all in this file, whose field comments
+// and the packages' Config types give each default). Unknown keys are rejected; ${NAME} in any value is
 // replaced by the environment variable NAME (an unset variable is an error).
 type Config struct {
 	Source   SourceConfig   `yaml:"source"`
