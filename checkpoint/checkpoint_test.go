@@ -92,7 +92,7 @@ func TestPositionRoundTrip(t *testing.T) {
 	// The split-out columns describe the same position.
 	var gtid, file *string
 	var pos *int64
-	if err := conn.QueryRow(ctx, `SELECT gtid, file, pos FROM `+quote(st.Schema())+`.checkpoints WHERE source = 'c'`).Scan(&gtid, &file, &pos); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT gtid, file, pos FROM `+tidemark.QuotePostgres(st.Schema())+`.checkpoints WHERE source = 'c'`).Scan(&gtid, &file, &pos); err != nil {
 		t.Fatal(err)
 	}
 	if gtid == nil || *gtid != "0-1001-43" || file == nil || *file != "mysql-bin.000043" || pos == nil || *pos != 4 {
@@ -128,7 +128,7 @@ func TestSavePositionRejects(t *testing.T) {
 func TestLoadPositionBadValue(t *testing.T) {
 	st, conn, schema := newStore(t)
 	ctx := context.Background()
-	if _, err := conn.Exec(ctx, `INSERT INTO `+quote(schema)+`.checkpoints (source, position) VALUES ('x', 'gtid=garbage')`); err != nil {
+	if _, err := conn.Exec(ctx, `INSERT INTO `+tidemark.QuotePostgres(schema)+`.checkpoints (source, position) VALUES ('x', 'gtid=garbage')`); err != nil {
 		t.Fatal(err)
 	}
 	_, ok, err := st.LoadPosition(ctx, newQuerier(conn), "x")
@@ -243,7 +243,7 @@ func TestInitConcurrent(t *testing.T) {
 		}
 		if round == 0 {
 			// Drop it again so the next round races on creation too.
-			if _, err := conns[0].Exec(context.Background(), `DROP SCHEMA `+quote(schema)+` CASCADE`); err != nil {
+			if _, err := conns[0].Exec(context.Background(), `DROP SCHEMA `+tidemark.QuotePostgres(schema)+` CASCADE`); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -252,8 +252,6 @@ func TestInitConcurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
-func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 func TestTableStates(t *testing.T) {
 	st, conn, _ := newStore(t)

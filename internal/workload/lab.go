@@ -82,7 +82,7 @@ func (l *Lab) ResetTarget(ctx context.Context, schema, controlSchema, source str
 // updated_at as the source stores it (wall-clock text in the source zone)
 // and as the target stores it (an instant).
 func (l *Lab) Incident(ctx context.Context, database, targetSchema string) (source string, target time.Time, err error) {
-	r, err := l.my.Execute("SELECT CAST(updated_at AS CHAR) FROM " + quoteMy(database) + ".orders WHERE order_id = 0 AND line_item_id = 1")
+	r, err := l.my.Execute("SELECT CAST(updated_at AS CHAR) FROM " + tidemark.QuoteMySQL(database) + ".orders WHERE order_id = 0 AND line_item_id = 1")
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("read the IST row from the source: %w", err)
 	}

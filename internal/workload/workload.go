@@ -71,7 +71,7 @@ func (w *Workload) Setup() error {
 	if w.Rand == nil {
 		w.Rand = rand.New(rand.NewPCG(1, 2))
 	}
-	db := quoteMy(w.Database)
+	db := tidemark.QuoteMySQL(w.Database)
 	if err := Exec(w.My, "DROP DATABASE IF EXISTS "+db, "CREATE DATABASE "+db, "USE "+db, OrdersDDL); err != nil {
 		return err
 	}
@@ -90,7 +90,7 @@ func (w *Workload) Setup() error {
 }
 
 func (w *Workload) session() error {
-	return Exec(w.My, "USE "+quoteMy(w.Database), fmt.Sprintf("SET time_zone = '%s'", strings.ReplaceAll(w.Zone, "'", "")))
+	return Exec(w.My, "USE "+tidemark.QuoteMySQL(w.Database), fmt.Sprintf("SET time_zone = '%s'", strings.ReplaceAll(w.Zone, "'", "")))
 }
 
 // Resume re-selects the session settings after a reconnect.
@@ -206,5 +206,3 @@ func SourcePosition(my *client.Conn) (tidemark.Position, error) {
 	s, _ := r.GetString(0, 0)
 	return tidemark.Position{GTID: s}, nil
 }
-
-func quoteMy(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
