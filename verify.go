@@ -8,12 +8,13 @@ import (
 	"time"
 )
 
-// Verification: the types and interfaces between `tidemark verify` (cmd),
-// the source side (binlog, MariaDB SQL) and the target side (sink/postgres,
-// PostgreSQL SQL). Both sides compute the same canonical text for every row
-// inside their own database, so only counts, 64-bit checksums and — for
-// chunks that differ — keys and row hashes cross the network. The canonical
-// forms are documented in docs/verify.md and in CanonicalForms below.
+// Verification: the types and interfaces between the verify package (the
+// engine behind `tidemark verify` and the demo), the source side (binlog,
+// MariaDB SQL) and the target side (sink/postgres, PostgreSQL SQL). Both
+// sides compute the same canonical text for every row inside their own
+// database, so only counts, 64-bit checksums and — for chunks that differ —
+// keys and row hashes cross the network. The canonical forms are documented
+// in docs/verify.md and in CanonicalForms below.
 
 // ErrDuplicateKeys means the target holds more than one row for a business
 // key: a violation of the invariant the post-load assertion guards.
@@ -74,8 +75,8 @@ func RangeKey(k Kind) bool {
 }
 
 // VerifySpec is what both sides of a verification need to know about one
-// table. It is built by cmd from the source's current schema and the
-// config.
+// table. It is built by the verify package from the source's current
+// schema and its config.
 type VerifySpec struct {
 	// Table is the source table: columns, kinds and business key.
 	Table *Table

@@ -229,7 +229,7 @@ func Tables(ctx context.Context, src tidemark.SourceVerifier, dst tidemark.Targe
 			rep.Tables = append(rep.Tables, TableReport{Table: id.String(), Verdict: VerdictError, Error: err.Error()})
 			continue
 		}
-		spec, sums := Spec(t, opt.TargetSchema, cfg, opt.Zone, from, now)
+		spec, sums := tableSpec(t, opt.TargetSchema, cfg, opt.Zone, from, now)
 		eng := &engine{src: src, dst: dst, chunkRows: cfg.ChunkRows, examples: cfg.Examples}
 		var bar Progress
 		if opt.Progress != nil {
@@ -252,11 +252,11 @@ func Tables(ctx context.Context, src tidemark.SourceVerifier, dst tidemark.Targe
 	return rep, nil
 }
 
-// Spec builds the spec of one table from its source schema and the config,
+// tableSpec builds the spec of one table from its source schema and the config,
 // and returns the columns its daily totals sum. zone gives the source zone
 // of a DATETIME column (nil: UTC); since and until bound the event-time
 // column when the table has one and since is not zero.
-func Spec(t *tidemark.Table, targetSchema string, cfg Config, zone func(tidemark.TableID, string) string, since, until time.Time) (*tidemark.VerifySpec, []string) {
+func tableSpec(t *tidemark.Table, targetSchema string, cfg Config, zone func(tidemark.TableID, string) string, since, until time.Time) (*tidemark.VerifySpec, []string) {
 	spec := &tidemark.VerifySpec{Table: t, TargetSchema: targetSchema, Zones: map[string]string{}}
 	if spec.TargetSchema == "" {
 		spec.TargetSchema = t.ID.Database
