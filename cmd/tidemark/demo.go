@@ -34,7 +34,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		level = "debug"
 	}
 	log := newLogger(LogConfig{Level: level}, stderr)
-	if err := demo(ctx, *steps, log, stdout); err != nil {
+	if err := demo(ctx, *steps, DefaultMetricsListen, log, stdout); err != nil {
 		fmt.Fprintln(stderr, "demo failed:", err)
 		return exitFailed
 	}
@@ -47,7 +47,9 @@ const (
 	demoZone   = "Asia/Kolkata"
 )
 
-func demo(ctx context.Context, steps int, log *slog.Logger, out io.Writer) error {
+// demo runs the demo with steps workload transactions per phase; its
+// status page listens on listen, or on any free port when that is taken.
+func demo(ctx context.Context, steps int, listen string, log *slog.Logger, out io.Writer) error {
 	env, err := workload.EnvFromOS()
 	if err != nil {
 		return err
@@ -116,7 +118,7 @@ func demo(ctx context.Context, steps int, log *slog.Logger, out io.Writer) error
 	m.SetStatusPage(page)
 	// The status page, while the demo runs: on the daemon's default
 	// address, or any free port when that one is taken.
-	ln, err := net.Listen("tcp", DefaultMetricsListen)
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 			return fmt.Errorf("listen for the status page: %w", err)

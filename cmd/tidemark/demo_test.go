@@ -21,7 +21,7 @@ func TestDemo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var out strings.Builder
-	if err := demo(ctx, 40, slog.New(slog.DiscardHandler), &out); err != nil {
+	if err := demo(ctx, 40, "127.0.0.1:0", slog.New(slog.DiscardHandler), &out); err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
 	for _, s := range []string{
