@@ -78,4 +78,32 @@ type StreamTarget interface {
 	// its own control record. A DROP the target's configuration refuses
 	// is a *TableError wrapping ErrDDLRefused.
 	DropBefore(ctx context.Context, table TableID, v Version) error
+	// RemoveBefore applies the end of a snapshot of table whose rows were
+	// stamped v, as one partition's applier sees it: the partition's rows
+	// of the snapshot came before, so a target row still older than v was
+	// not in the snapshot and is gone from the source. Every such row is
+	// removed (soft-delete mode: marked deleted, keeping its version, so
+	// that a snapshot row at v still wins over it). It is idempotent and may
+	// run once per partition, in any order; it returns the number of rows
+	// removed. A row of a partition that has not reached its own snapshot
+	// rows yet is removed early and written again by them (a brief
+	// regression that converges).
+	RemoveBefore(ctx context.Context, table TableID, v Version) (int64, error)
+}
+
+// SnapshotBoundary is implemented by sinks whose consumers apply a
+// table's snapshot on their own, in order with its changes (the Kafka sink
+// of the scale-out topology). Whoever snapshots a table into such a sink
+// calls BeginSnapshot before the snapshot's first row and EndSnapshot after
+// its last one: each consumer then removes the target rows the snapshot
+// did not carry (StreamTarget.RemoveBefore), in order with the stream, so a
+// resync also removes rows deleted from the source. A snapshot that fails
+// between the two leaves no end mark: nothing is removed until it is run
+// again.
+type SnapshotBoundary interface {
+	// BeginSnapshot marks where the rows of a snapshot of table start.
+	BeginSnapshot(ctx context.Context, source string, table TableID, reason string) error
+	// EndSnapshot marks where they end: every row of the snapshot, stamped
+	// v, is before it.
+	EndSnapshot(ctx context.Context, source string, table TableID, v Version) error
 }

@@ -398,37 +398,13 @@ func (a *Applier) apply(ctx context.Context, recs []*kgo.Record) error {
 		}
 		where := recordPlace{r} // formatted only in an error
 		if ctl, ok := recordHeader(r, controlHeader); ok {
-			if kind := string(ctl); kind == string(controlTruncate) || kind == string(controlDrop) {
-				tc, err := parseTableControl(kind, r.Value)
-				if err != nil {
+			if kind := string(ctl); kind != string(controlSchema) {
+				if err := a.tableControl(ctx, kind, r, st, flush); err != nil {
 					return fmt.Errorf("apply %s: %w", where, err)
-				}
-				// Rows before it first: they are older and go.
-				if err := flush(); err != nil {
-					return err
-				}
-				id := tidemark.TableID{Database: tc.Database, Name: tc.Table}
-				v := tidemark.Version{Seq: tc.Seq, Index: tc.Index}
-				if kind == string(controlTruncate) {
-					if err := a.target.TruncateBefore(ctx, id, v, time.Time{}); err != nil {
-						return fmt.Errorf("apply %s: TRUNCATE of %s: %w", where, id, err)
-					}
-				} else {
-					if err := a.target.DropBefore(ctx, id, v); err != nil {
-						return fmt.Errorf("apply %s: DROP TABLE of %s: %w", where, id, err)
-					}
-					if st.schema != nil && st.schema.table.ID == id {
-						// The layout is gone: the table's next row on
-						// this partition needs a schema record again.
-						st.schema, st.json = nil, ""
-					}
 				}
 				st.next = r.Offset + 1
 				touched[tp] = st
 				continue
-			}
-			if string(ctl) != string(controlSchema) {
-				return fmt.Errorf("apply %s: unknown control record %q (a newer tidemark wrote it?)", where, ctl)
 			}
 			as, err := a.schema(r.Value)
 			if err != nil {
@@ -479,6 +455,54 @@ func (a *Applier) apply(ctx context.Context, recs []*kgo.Record) error {
 		b.Changes = append(b.Changes, ch)
 	}
 	return flush()
+}
+
+// tableControl applies a control record of a table (all kinds but schema)
+// of partition st: flush applies the batch so far first, so the rows before
+// it are in the target. Callers hold a.mu.
+func (a *Applier) tableControl(ctx context.Context, kind string, r *kgo.Record, st *partState, flush func() error) error {
+	switch kind {
+	case string(controlTruncate), string(controlDrop), string(controlSnapshotBegin), string(controlSnapshotEnd):
+	default:
+		return fmt.Errorf("unknown control record %q (a newer tidemark wrote it?)", kind)
+	}
+	tc, err := parseTableControl(kind, r.Value)
+	if err != nil {
+		return err
+	}
+	id := tidemark.TableID{Database: tc.Database, Name: tc.Table}
+	v := tidemark.Version{Seq: tc.Seq, Index: tc.Index}
+	if kind == string(controlSnapshotBegin) {
+		a.log.Info("snapshot of a table begins on the partition", "table", id.String(), "topic", r.Topic, "partition", r.Partition, "reason", tc.Reason)
+		return nil
+	}
+	// Rows before it first.
+	if err := flush(); err != nil {
+		return err
+	}
+	switch kind {
+	case string(controlTruncate):
+		if err := a.target.TruncateBefore(ctx, id, v, time.Time{}); err != nil {
+			return fmt.Errorf("TRUNCATE of %s: %w", id, err)
+		}
+	case string(controlSnapshotEnd):
+		n, err := a.target.RemoveBefore(ctx, id, v)
+		if err != nil {
+			return fmt.Errorf("end of the snapshot of %s: %w", id, err)
+		}
+		a.log.Info("snapshot of a table ends on the partition; target rows it did not carry removed", "table", id.String(),
+			"topic", r.Topic, "partition", r.Partition, "version", v.String(), "removed", n)
+	case string(controlDrop):
+		if err := a.target.DropBefore(ctx, id, v); err != nil {
+			return fmt.Errorf("DROP TABLE of %s: %w", id, err)
+		}
+		if st.schema != nil && st.schema.table.ID == id {
+			// The layout is gone: the table's next row on this
+			// partition needs a schema record again.
+			st.schema, st.json = nil, ""
+		}
+	}
+	return nil
 }
 
 func recordHeader(r *kgo.Record, key string) ([]byte, bool) {

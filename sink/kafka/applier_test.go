@@ -143,6 +143,16 @@ func (f *fakeTarget) DropBefore(_ context.Context, id tidemark.TableID, v tidema
 	return nil
 }
 
+func (f *fakeTarget) RemoveBefore(_ context.Context, id tidemark.TableID, v tidemark.Version) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.table(id)
+	n := len(t.rows)
+	t.removeBefore(v)
+	f.calls = append(f.calls, "remove "+id.String())
+	return int64(n - len(t.rows)), nil
+}
+
 func (f *fakeTarget) Checkpoint(context.Context, string) (tidemark.Position, bool, error) {
 	return tidemark.Position{}, false, nil
 }
@@ -238,13 +248,8 @@ func insertsOf(tbl *tidemark.Table, first, n int, seq uint64) []tidemark.Change 
 // per partition before and after the drop), and the target holds exactly
 // the new table's rows.
 func TestApplierFollowsDropTable(t *testing.T) {
-	c := newCluster(t)
-	cfg := testConfig(t, c, true)
-	cfg.ControlRecords = true
-	s := openSink(t, cfg)
+	s, orders := publishOrders(t)
 	ctx := context.Background()
-	orders := ordersTable("shop")
-	apply(t, s, &tidemark.Batch{Source: "src", Changes: insertsOf(orders, 1, 40, 10), Checkpoint: tidemark.Position{GTID: "0-1-10"}})
 	drop := tidemark.DDLEvent{Op: tidemark.DDLDropTable, Table: orders.ID, Version: tidemark.Version{Seq: 20}}
 	if err := s.PublishDDL(ctx, "src", []tidemark.DDLEvent{drop}, tidemark.Position{GTID: "0-1-20"}); err != nil {
 		t.Fatal(err)
@@ -283,4 +288,69 @@ func TestApplierDropRecordShape(t *testing.T) {
 	if err != nil || got.Seq != 7 || got.Reason != "renamed to db.u" {
 		t.Errorf("drop record: %+v, %v", got, err)
 	}
+}
+
+// TestApplierFollowsSnapshotBoundaries publishes rows of a table, then a
+// resync's snapshot of it between its boundaries (the source lost rows
+// that the stream never showed), then a change after it: every
+// partition's applier removes, at the end boundary, the target rows the
+// snapshot did not carry, once, after the snapshot rows before it; the
+// change after the boundary stays. The target then holds exactly the
+// source's rows.
+func TestApplierFollowsSnapshotBoundaries(t *testing.T) {
+	s, orders := publishOrders(t)
+	ctx := context.Background()
+	// The source lost ids 31-40 without a binlog event: the snapshot has
+	// ids 1-30, stamped with its version.
+	snapAt := tidemark.Version{Seq: 50}
+	if err := s.BeginSnapshot(ctx, "src", orders.ID, "resync requested"); err != nil {
+		t.Fatal(err)
+	}
+	snap := insertsOf(orders, 1, 30, 0)
+	for i := range snap {
+		snap[i].Op, snap[i].Version = tidemark.OpRead, snapAt
+	}
+	apply(t, s, &tidemark.Batch{Source: "src", Changes: snap[:17]})
+	apply(t, s, &tidemark.Batch{Source: "src", Changes: snap[17:]})
+	if err := s.EndSnapshot(ctx, "src", orders.ID, snapAt); err != nil {
+		t.Fatal(err)
+	}
+	later := insertsOf(orders, 5, 1, 60)
+	later[0].Op, later[0].Before = tidemark.OpUpdate, later[0].After
+	apply(t, s, &tidemark.Batch{Source: "src", Changes: later, Checkpoint: tidemark.Position{GTID: "0-1-60"}})
+
+	target := newFakeTarget()
+	runApplier(t, s, target)
+	var want []string
+	for _, ch := range snap {
+		if ch.After[0] != later[0].After[0] {
+			want = append(want, rowKey(orders, ch.After)+ch.Version.String())
+		}
+	}
+	want = append(want, rowKey(orders, later[0].After)+later[0].Version.String())
+	sort.Strings(want)
+	var rows []string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, rows = target.keys(orders.ID)
+		if target.count("remove ") == 4 && strings.Join(rows, ",") == strings.Join(want, ",") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s: %d snapshot ends applied (want 4), target rows\n got %v\nwant %v", target.count("remove "), rows, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// publishOrders opens an exactly-once sink with control records on a new
+// cluster and publishes inserts of orders 1-40 (GTID sequence 10).
+func publishOrders(t *testing.T) (*Sink, *tidemark.Table) {
+	t.Helper()
+	cfg := testConfig(t, newCluster(t), true)
+	cfg.ControlRecords = true
+	s := openSink(t, cfg)
+	orders := ordersTable("shop")
+	apply(t, s, &tidemark.Batch{Source: "src", Changes: insertsOf(orders, 1, 40, 10), Checkpoint: tidemark.Position{GTID: "0-1-10"}})
+	return s, orders
 }

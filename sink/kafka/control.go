@@ -39,6 +39,9 @@ var (
 	controlSchema   = []byte("schema")
 	controlTruncate = []byte("truncate")
 	controlDrop     = []byte("drop")
+	// snapshot boundaries (tidemark.SnapshotBoundary)
+	controlSnapshotBegin = []byte("snapshot_begin")
+	controlSnapshotEnd   = []byte("snapshot_end")
 )
 
 // A source TRUNCATE (PublishDDL) is a control record on every partition of
@@ -362,13 +365,77 @@ func parseDuration(s string) (time.Duration, error) {
 // again. A replayed TRUNCATE or DROP is published again, which is harmless
 // (TruncateBefore and DropBefore are idempotent).
 func (s *Sink) PublishDDL(ctx context.Context, source string, events []tidemark.DDLEvent, checkpoint tidemark.Position) error {
+	var recs []tableControl
+	for _, ev := range events {
+		rec := tableControl{Source: source, Database: ev.Table.Database, Table: ev.Table.Name, Seq: ev.Version.Seq, Index: ev.Version.Index}
+		switch ev.Op {
+		case tidemark.DDLTruncate:
+			rec.Control = string(controlTruncate)
+		case tidemark.DDLDropTable:
+			rec.Control, rec.Reason = string(controlDrop), ev.Reason
+		default:
+			continue
+		}
+		recs = append(recs, rec)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.publishControl(ctx, source, recs, checkpoint); err != nil {
+		return err
+	}
+	// Appliers forget a dropped table's schema: announce it again.
+	for _, rec := range recs {
+		if rec.Control != string(controlDrop) {
+			continue
+		}
+		for k, c := range s.codecs {
+			if k.source == source && k.id == (tidemark.TableID{Database: rec.Database, Name: rec.Table}) {
+				c.announced = false
+			}
+		}
+	}
+	return nil
+}
+
+// BeginSnapshot implements tidemark.SnapshotBoundary: a snapshot_begin
+// control record on every partition of the table's topic (ControlRecords
+// is required), committed before it returns:
+//
+//	{"control":"snapshot_begin","source":"shop","database":"shop","table":"orders","seq":0,"index":0,"reason":"resync requested"}
+//
+// Appliers log it; the rows of the snapshot (op r) follow.
+func (s *Sink) BeginSnapshot(ctx context.Context, source string, table tidemark.TableID, reason string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.publishControl(ctx, source, []tableControl{{Control: string(controlSnapshotBegin), Source: source,
+		Database: table.Database, Table: table.Name, Reason: reason}}, tidemark.Position{})
+}
+
+// EndSnapshot implements tidemark.SnapshotBoundary: a snapshot_end control
+// record with the snapshot's version on every partition of the table's
+// topic, committed before it returns:
+//
+//	{"control":"snapshot_end","source":"shop","database":"shop","table":"orders","seq":4711,"index":0}
+//
+// Each partition's applier, when it reaches it, removes the target rows
+// older than (seq, index): the snapshot did not carry them
+// (tidemark.StreamTarget.RemoveBefore).
+func (s *Sink) EndSnapshot(ctx context.Context, source string, table tidemark.TableID, v tidemark.Version) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.publishControl(ctx, source, []tableControl{{Control: string(controlSnapshotEnd), Source: source,
+		Database: table.Database, Table: table.Name, Seq: v.Seq, Index: v.Index}}, tidemark.Position{})
+}
+
+// publishControl publishes each record on every partition of its table's
+// topic, with checkpoint (when not zero), like a batch: in one transaction
+// with ExactlyOnce. Callers hold s.mu.
+func (s *Sink) publishControl(ctx context.Context, source string, recs []tableControl, checkpoint tidemark.Position) error {
 	if s.fenced != nil {
 		return s.fenced
 	}
 	if !s.cfg.ControlRecords {
-		return errors.New("publish DDL: needs control_records")
+		return errors.New("publish control records: needs control_records")
 	}
 	if err := s.activate(ctx); err != nil {
 		return err
@@ -378,27 +445,14 @@ func (s *Sink) PublishDDL(ctx context.Context, source string, events []tidemark.
 		return err
 	}
 	enc := &encodedBatch{}
-	var dropped []tidemark.TableID
-	for _, ev := range events {
-		var kind []byte
-		rec := tableControl{Source: source, Database: ev.Table.Database, Table: ev.Table.Name, Seq: ev.Version.Seq, Index: ev.Version.Index}
-		switch ev.Op {
-		case tidemark.DDLTruncate:
-			kind = controlTruncate
-		case tidemark.DDLDropTable:
-			kind, rec.Reason = controlDrop, ev.Reason
-			dropped = append(dropped, ev.Table)
-		default:
-			continue
-		}
-		rec.Control = string(kind)
-		topic, err := s.topicFor(ctx, source, ev.Table)
+	for _, rec := range recs {
+		topic, err := s.topicFor(ctx, source, tidemark.TableID{Database: rec.Database, Name: rec.Table})
 		if err != nil {
 			return err
 		}
 		value, _ := json.Marshal(rec) // strings and integers only: cannot fail
 		for p := int32(0); p < s.partitions[topic]; p++ {
-			enc.recs = append(enc.recs, recSpec{topic: topic, control: kind, partition: p, schema: value})
+			enc.recs = append(enc.recs, recSpec{topic: topic, control: []byte(rec.Control), partition: p, schema: value})
 		}
 	}
 	if len(enc.recs) == 0 && checkpoint.IsZero() {
@@ -413,15 +467,7 @@ func (s *Sink) PublishDDL(ctx context.Context, source string, events []tidemark.
 	if err != nil && s.fenced != nil {
 		return s.fenced
 	}
-	if err == nil {
-		// Appliers forget a dropped table's schema: announce it again.
-		for _, id := range dropped {
-			for k, c := range s.codecs {
-				if k.source == source && k.id == id {
-					c.announced = false
-				}
-			}
-		}
-	}
 	return err
 }
+
+var _ tidemark.SnapshotBoundary = (*Sink)(nil)

@@ -1039,7 +1039,19 @@ func (s *Sink) TruncateBefore(ctx context.Context, table tidemark.TableID, v tid
 			colSeq + ", " + colIdx + ") < ($1, $2) AND NOT " + colDeleted
 		args = append(args, at)
 	}
-	err = s.retry(ctx, "truncate "+qname+" before version "+v.String(), func(ctx context.Context) error {
+	if _, err := s.execIfExists(ctx, "truncate "+qname+" before version "+v.String(), qname, q, args...); err != nil {
+		return err
+	}
+	s.log.Info("truncated target rows older than a source TRUNCATE", "table", qname, "version", v.String())
+	return nil
+}
+
+// execIfExists runs q (what, in errors and retries) when the table qname
+// exists and returns the rows it affected.
+func (s *Sink) execIfExists(ctx context.Context, what, qname, q string, args ...any) (int64, error) {
+	var n int64
+	err := s.retry(ctx, what, func(ctx context.Context) error {
+		n = 0
 		var exists bool
 		if err := s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", qname).Scan(&exists); err != nil {
 			return redact(fmt.Errorf("look up %s: %w", qname, err), s.secret)
@@ -1047,14 +1059,37 @@ func (s *Sink) TruncateBefore(ctx context.Context, table tidemark.TableID, v tid
 		if !exists {
 			return nil
 		}
-		_, err := s.pool.Exec(ctx, q, args...)
+		tag, err := s.pool.Exec(ctx, q, args...)
+		n = tag.RowsAffected()
 		return redact(err, s.secret)
 	})
 	if err != nil {
-		return fmt.Errorf("truncate %s before version %s: %w", qname, v, err)
+		return 0, fmt.Errorf("%s: %w", what, err)
 	}
-	s.log.Info("truncated target rows older than a source TRUNCATE", "table", qname, "version", v.String())
-	return nil
+	return n, nil
+}
+
+// RemoveBefore implements tidemark.StreamTarget: the end of a snapshot of
+// table stamped v, as an applier of one partition sees it. Every target row
+// older than v was not in the snapshot and is removed; in soft-delete mode
+// it is marked deleted and keeps its version (a snapshot row at v of a
+// lagging partition then still wins over it). Idempotent, any order.
+func (s *Sink) RemoveBefore(ctx context.Context, table tidemark.TableID, v tidemark.Version) (int64, error) {
+	_, _, qname, err := s.targetOf(table)
+	if err != nil {
+		return 0, &tidemark.TableError{Table: table, Err: err}
+	}
+	q := "DELETE FROM " + qname + " WHERE (" + colSeq + ", " + colIdx + ") < ($1, $2)"
+	if s.cfg.DeleteMode == DeleteSoft {
+		q = "UPDATE " + qname + " SET " + colDeleted + " = true, " + colDeletedAt + " = NULL WHERE (" +
+			colSeq + ", " + colIdx + ") < ($1, $2) AND NOT " + colDeleted
+	}
+	n, err := s.execIfExists(ctx, "remove rows of "+qname+" older than snapshot "+v.String(), qname, q, int64(v.Seq), int64(v.Index))
+	if err != nil {
+		return 0, err
+	}
+	s.log.Info("removed target rows older than a snapshot (gone from the source)", "table", qname, "version", v.String(), "rows", n)
+	return n, nil
 }
 
 // DropBefore implements tidemark.StreamTarget: a source DROP TABLE at

@@ -124,3 +124,48 @@ func openSinkLike(t *testing.T, cfg Config) *Sink {
 	t.Cleanup(func() { s.Close() })
 	return s
 }
+
+// TestRemoveBefore applies a snapshot's end as a partition's applier does:
+// rows older than the snapshot's version go, the snapshot's rows and newer
+// changes stay, a second run removes nothing. In soft-delete mode the row
+// is marked deleted with its version kept, so that the snapshot row of a
+// partition that reaches it later (at the snapshot's version) still wins.
+func TestRemoveBefore(t *testing.T) {
+	ctx := context.Background()
+	tbl := evoTable("t", tidemark.Column{Name: "id", Kind: tidemark.KindInt, Bits: 64}, tidemark.Column{Name: "a", Kind: tidemark.KindText, Nullable: true})
+	snapAt := v(50, 0)
+	read := func(id int64) tidemark.Change {
+		ch := ins(tbl, snapAt, id, "snap")
+		ch.Op = tidemark.OpRead
+		return ch
+	}
+	for _, mode := range []DeleteMode{DeleteHard, DeleteSoft} {
+		t.Run(string(mode), func(t *testing.T) {
+			e := newEnv(t, func(c *Config) { c.DeleteMode = mode })
+			e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(tbl, v(1, 1), int64(1), "one"), ins(tbl, v(2, 1), int64(2), "two"),
+				ins(tbl, v(3, 1), int64(3), "three"), ins(tbl, v(60, 1), int64(4), "after")}})
+			e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{read(1)}})
+			if n, err := e.sink.RemoveBefore(ctx, tbl.ID, snapAt); err != nil || n != 2 {
+				t.Fatalf("RemoveBefore: %d rows, %v; want 2", n, err)
+			}
+			if n, err := e.sink.RemoveBefore(ctx, tbl.ID, snapAt); err != nil || n != 0 {
+				t.Fatalf("RemoveBefore again: %d rows, %v; want 0", n, err)
+			}
+			live := `SELECT id, a FROM ` + e.table("t") + ` ORDER BY id`
+			if mode == DeleteSoft {
+				live = `SELECT id, a FROM ` + e.table("t") + ` WHERE NOT _tm_deleted ORDER BY id`
+			}
+			if got := e.rows(live); strings.Join(got, ",") != "1|snap,4|after" {
+				t.Fatalf("rows after the snapshot's end: %v", got)
+			}
+			// A lagging partition's snapshot row of id 2.
+			e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{read(2)}})
+			if got := e.rows(live); strings.Join(got, ",") != "1|snap,2|snap,4|after" {
+				t.Fatalf("rows after a lagging partition's snapshot row: %v", got)
+			}
+		})
+	}
+	if n, err := newEnv(t).sink.RemoveBefore(ctx, tbl.ID, snapAt); err != nil || n != 0 {
+		t.Fatalf("RemoveBefore without a target table: %d, %v", n, err)
+	}
+}
