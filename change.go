@@ -220,6 +220,15 @@ type Batch struct {
 	// reading change topics; see StreamTarget). A sink that cannot store
 	// them fails the batch.
 	Offsets []StreamOffset
+	// Refresh makes a row read by a snapshot (OpRead, index 0) replace
+	// the target row even when its values are the same, and also a row
+	// written by its own transaction (same seq, a higher index: the
+	// snapshot read after it committed), so that the row carries the
+	// snapshot's version: the end of a snapshot
+	// (StreamTarget.RemoveBefore) tells the rows the snapshot carried by
+	// it. Without Refresh an unchanged row keeps its version and is not
+	// written (re-reading a window is a no-op).
+	Refresh bool
 }
 
 // Watermark is a per-table catch-up watermark: every source row with a

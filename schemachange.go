@@ -265,7 +265,10 @@ type SnapshotFunc func(ctx context.Context, tables []TableID) (Version, error)
 // A crash in between leaves the table snapshotting; the next start of the
 // pipeline calls Resnapshot again. It returns the final state. An error
 // of the registry (recording the state, dropping the target) is told apart
-// from an error of the snapshot itself by IsRegistryError.
+// from an error of the snapshot itself by IsRegistryError. A registry that
+// is a SnapshotBoundary gets BeginSnapshot after the reset and EndSnapshot
+// with the snapshot's version after the rows (errors of either count as
+// the registry's).
 func Resnapshot(ctx context.Context, reg TableRegistry, source string, id TableID, snapshot SnapshotFunc, reason string) (TableState, error) {
 	st := TableState{Table: id, Mode: TableSnapshotting, Reason: reason}
 	if err := reg.SetTableState(ctx, source, st); err != nil {
@@ -274,9 +277,23 @@ func Resnapshot(ctx context.Context, reg TableRegistry, source string, id TableI
 	if err := reg.ResetTable(ctx, source, id); err != nil {
 		return st, &storeError{fmt.Errorf("resnapshot %s: %w", id, err)}
 	}
+	// A registry whose consumers apply the snapshot on their own (the
+	// scale-out tailer) encloses its rows in boundaries: at the end each
+	// consumer removes the rows the snapshot did not carry.
+	boundary, _ := reg.(SnapshotBoundary)
+	if boundary != nil {
+		if err := boundary.BeginSnapshot(ctx, source, id, reason); err != nil {
+			return st, &storeError{fmt.Errorf("resnapshot %s: begin: %w", id, err)}
+		}
+	}
 	v, err := snapshot(ctx, []TableID{id})
 	if err != nil {
 		return st, fmt.Errorf("resnapshot %s: %w", id, err)
+	}
+	if boundary != nil {
+		if err := boundary.EndSnapshot(ctx, source, id, v); err != nil {
+			return st, &storeError{fmt.Errorf("resnapshot %s: end: %w", id, err)}
+		}
 	}
 	st = TableState{Table: id, Mode: TableStreaming, Reason: reason, Floor: v}
 	if err := reg.SetTableState(ctx, source, st); err != nil {

@@ -439,3 +439,55 @@ func TestPipelineCreateTable(t *testing.T) {
 		t.Fatalf("applied: created %d (want 2), renamed %d (want 1: the one after its snapshot)", appliedOf(sink.fakeSink, created.ID), appliedOf(sink.fakeSink, renamed.ID))
 	}
 }
+
+// boundaryReg is a regSink that is also a SnapshotBoundary and records the
+// order of what Resnapshot does.
+type boundaryReg struct {
+	*regSink
+	steps   []string
+	failEnd error
+}
+
+func (r *boundaryReg) ResetTable(ctx context.Context, source string, id tidemark.TableID) error {
+	r.steps = append(r.steps, "reset "+id.String())
+	return r.regSink.ResetTable(ctx, source, id)
+}
+
+func (r *boundaryReg) BeginSnapshot(ctx context.Context, source string, id tidemark.TableID, reason string) error {
+	r.steps = append(r.steps, "begin "+id.String()+" ("+reason+")")
+	return nil
+}
+
+func (r *boundaryReg) EndSnapshot(ctx context.Context, source string, id tidemark.TableID, v tidemark.Version) error {
+	r.steps = append(r.steps, "end "+id.String()+" at "+v.String())
+	return r.failEnd
+}
+
+// TestResnapshotBoundaries: a registry that is a SnapshotBoundary sees the
+// reset, the beginning, the snapshot's rows and the end with the
+// snapshot's version, in that order; a failed end is the registry's error
+// and leaves the table snapshotting.
+func TestResnapshotBoundaries(t *testing.T) {
+	ctx := context.Background()
+	id := tidemark.TableID{Database: "d", Name: "t"}
+	reg := &boundaryReg{regSink: newRegSink()}
+	snap := func(ctx context.Context, tables []tidemark.TableID) (tidemark.Version, error) {
+		reg.steps = append(reg.steps, fmt.Sprintf("snapshot %v", tables))
+		return tidemark.Version{Seq: 42}, nil
+	}
+	st, err := tidemark.Resnapshot(ctx, reg, "s", id, snap, "resync requested")
+	if err != nil || st.Mode != tidemark.TableStreaming || st.Floor != (tidemark.Version{Seq: 42}) {
+		t.Fatalf("Resnapshot: %+v, %v", st, err)
+	}
+	want := "reset d.t|begin d.t (resync requested)|snapshot [d.t]|end d.t at " + (tidemark.Version{Seq: 42}).String()
+	if got := strings.Join(reg.steps, "|"); got != want {
+		t.Fatalf("steps\n got %s\nwant %s", got, want)
+	}
+	reg.failEnd = errors.New("broker gone")
+	if _, err := tidemark.Resnapshot(ctx, reg, "s", id, snap, "again"); !tidemark.IsRegistryError(err) {
+		t.Fatalf("failed end: %v, want a registry error", err)
+	}
+	if st := reg.state(id); st.Mode != tidemark.TableSnapshotting {
+		t.Fatalf("after a failed end: %+v, want snapshotting", st)
+	}
+}

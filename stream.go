@@ -80,9 +80,10 @@ type StreamTarget interface {
 	DropBefore(ctx context.Context, table TableID, v Version) error
 	// RemoveBefore applies the end of a snapshot of table whose rows were
 	// stamped v, as one partition's applier sees it: the partition's rows
-	// of the snapshot came before, so a target row still older than v was
-	// not in the snapshot and is gone from the source. Every such row is
-	// removed (soft-delete mode: marked deleted, keeping its version, so
+	// of the snapshot came before (written with Batch.Refresh, so each is
+	// at v), so a target row of v's transaction or older that is not at v
+	// was not in the snapshot and is gone from the source. Every such row
+	// is removed (soft-delete mode: marked deleted, keeping its version, so
 	// that a snapshot row at v still wins over it). It is idempotent and may
 	// run once per partition, in any order; it returns the number of rows
 	// removed. A row of a partition that has not reached its own snapshot

@@ -11,12 +11,13 @@ import (
 
 // TestApplyFollowsSchemaAndTruncate runs the scale-out topology (tailer and
 // two appliers, 4 partitions) through an ALTER TABLE ADD COLUMN and a
-// TRUNCATE with writes before and after each: the appliers create the new
-// column from the schema record before any row that has it, and every
-// partition's applier removes the rows older than the TRUNCATE (and only
-// those). The target then equals the source row by row. Admin commands
-// beside the tailer neither fence it nor run what the topology cannot
-// carry (catchup, resync).
+// TRUNCATE with writes before and after each, then a RENAME COLUMN: the
+// appliers create the new column from the schema record before any row
+// that has it, every partition's applier removes the rows older than the
+// TRUNCATE (and only those), and the rename's re-snapshot fills the
+// renamed column of every row. The target then equals the source row by row. Admin commands
+// beside the tailer neither fence it nor run what needs the source's lock
+// (catchup).
 func TestApplyFollowsSchemaAndTruncate(t *testing.T) {
 	f, r, ps, converge := startDDLTopology(t, "it_applyddl_", 97, "")
 	defer ps.killAll()
@@ -26,16 +27,13 @@ func TestApplyFollowsSchemaAndTruncate(t *testing.T) {
 	converge("before the TRUNCATE")
 	// Admin commands beside the running tailer: checkpoint reads Kafka's
 	// checkpoint without fencing it; catchup takes the source's lock (held
-	// by the tailer) and refuses; resync is refused in this topology.
+	// by the tailer) and refuses.
 	env := []string{"TM_IT_MYSQL_PASSWORD=" + f.env.MySQLPassword, "TM_IT_PG_DSN=" + f.env.PGDSN}
 	if code, out := runBinary(t, 60*time.Second, env, "checkpoint", "--config", r.cfg); code != 0 || !strings.Contains(out, "gtid=") {
 		t.Fatalf("checkpoint: exit %d\n%s", code, out)
 	}
 	if code, out := runBinary(t, 60*time.Second, env, "catchup", "--config", r.cfg, "--table", r.db+".orders"); code == 0 || !strings.Contains(out, "is streaming source") {
 		t.Fatalf("catchup beside the tailer: exit %d, want a refusal\n%s", code, out)
-	}
-	if code, out := runBinary(t, 60*time.Second, env, "resync", "--config", r.cfg, "--table", r.db+".orders"); code != 2 || !strings.Contains(out, "scale-out topology") {
-		t.Fatalf("resync in the scale-out topology: exit %d, want 2 and a refusal\n%s", code, out)
 	}
 	if err := harness.Exec(f.my, "TRUNCATE TABLE "+r.db+".orders"); err != nil {
 		t.Fatal(err)
@@ -52,6 +50,16 @@ func TestApplyFollowsSchemaAndTruncate(t *testing.T) {
 		t.Fatal(err)
 	}
 	converge("after the ALTER")
+	// A column rename: the schema record names the new column only, so
+	// the tailer re-snapshots the table for the appliers (the renamed
+	// column's values of rows the UPDATE does not touch come from it).
+	if err := harness.Exec(f.my, "ALTER TABLE "+r.db+".orders RENAME COLUMN extra_note TO extra_label"); err != nil {
+		t.Fatal(err)
+	}
+	if err := harness.Exec(f.my, "UPDATE "+r.db+".orders SET extra_label = 'after rename' WHERE order_id % 5 = 0"); err != nil {
+		t.Fatal(err)
+	}
+	converge("after the RENAME COLUMN")
 	if truncated := ps.count(1, "truncated target rows older than a source TRUNCATE"); truncated != 4 {
 		t.Errorf("the appliers ran the TRUNCATE %d times, want once per partition (4)", truncated)
 	}
@@ -112,9 +120,13 @@ func (p *procSet) converge(spec harness.TableSpec, step string) {
 	}) {
 		msg := ""
 		for i, d := range p.procs {
-			msg += fmt.Sprintf("\nprocess %d:\n%s", i, tail(d.stderr.String(), 12))
+			msg += fmt.Sprintf("\nprocess %d:\n%s", i, tail(withoutLines(d.stderr.String(), "apply status"), 25))
 		}
-		p.t.Fatalf("%s: target did not converge: %v%s", step, diff, msg)
+		examples := ""
+		if diff != nil {
+			examples = strings.Join(diff.Examples, "\n")
+		}
+		p.t.Fatalf("%s: target did not converge: %v\n%s%s", step, diff, examples, msg)
 	}
 	p.alive(step)
 }
@@ -126,6 +138,78 @@ func (p *procSet) alive(step string) {
 		if d.exited() {
 			p.t.Fatalf("%s: process %d exited:\n%s", step, i, tail(d.stderr.String(), 20))
 		}
+	}
+}
+
+// TestApplyFollowsResync runs the scale-out topology (tailer and two
+// appliers, 4 partitions) through two resyncs of a table whose source rows
+// changed without the binlog (sql_log_bin=0: rows deleted, rows updated):
+// one requested from the running tailer, one run by `tidemark resync`
+// while no tailer runs (the appliers keep running). Each time the snapshot's
+// rows reach every partition between its boundaries, every partition's
+// applier removes at the end boundary the rows the snapshot did not carry,
+// and the target equals the source row by row; the stream goes on after
+// each.
+func TestApplyFollowsResync(t *testing.T) {
+	f, r, ps, converge := startDDLTopology(t, "it_applyresync_", 99, "")
+	defer ps.killAll()
+	tailer, appliers := ps.procs[0], ps.procs[1:]
+	env := []string{"TM_IT_MYSQL_PASSWORD=" + f.env.MySQLPassword, "TM_IT_PG_DSN=" + f.env.PGDSN}
+	spec := harness.TableSpec{Database: r.db, Table: "orders", SourceZone: "UTC"}
+	behindBinlog := func(mod int) {
+		t.Helper()
+		if err := harness.Exec(f.my, "SET SESSION sql_log_bin = 0",
+			fmt.Sprintf("DELETE FROM %s.orders WHERE order_id %% %d = 0 AND order_id > 1", r.db, mod),
+			fmt.Sprintf("UPDATE %s.orders SET note = 'changed without the binlog' WHERE order_id %% %d = 1 AND order_id > 1", r.db, mod),
+			"SET SESSION sql_log_bin = 1"); err != nil {
+			t.Fatal(err)
+		}
+		if d, err := harness.Compare(f.ctx, f.my, f.pg, spec); err != nil || d.Equal() {
+			t.Fatalf("the source changed without the binlog, but the target still equals it (%v): the test would prove nothing", err)
+		}
+	}
+	ended := func() int {
+		n := 0
+		for _, d := range appliers {
+			n += strings.Count(d.stderr.String(), "snapshot of a table ends on the partition")
+		}
+		return n
+	}
+	if err := r.w.Run(60); err != nil {
+		t.Fatal(err)
+	}
+	converge("before the resyncs")
+
+	// 1. Requested from the running tailer.
+	behindBinlog(4)
+	code, out := runBinary(t, 120*time.Second, env, "resync", "--config", r.cfg, "--table", r.db+".orders", "--wait", "100s")
+	if code != 0 || !strings.Contains(out, "resync requested from the running daemon") || !strings.Contains(out, "resynced") {
+		t.Fatalf("resync beside the tailer: exit %d\n%s\ntailer:\n%s", code, out, tail(tailer.stderr.String(), 15))
+	}
+	if err := r.w.Run(30); err != nil {
+		t.Fatal(err)
+	}
+	converge("after the resync by the tailer")
+	if n := ended(); n != 4 {
+		t.Errorf("after one resync the appliers saw %d snapshot ends, want once per partition (4)", n)
+	}
+
+	// 2. With no tailer running: tidemark resync does it itself.
+	tailer.kill()
+	ps.procs = appliers
+	behindBinlog(3)
+	code, out = runBinary(t, 120*time.Second, env, "resync", "--config", r.cfg, "--table", r.db+".orders")
+	if code != 0 || !strings.Contains(out, "resynced; the daemon streams it") {
+		t.Fatalf("resync without a tailer: exit %d\n%s", code, out)
+	}
+	converge("after the resync without a tailer")
+	ps.start("run", "--config", r.cfg)
+	if err := r.w.Run(30); err != nil {
+		t.Fatal(err)
+	}
+	converge("after the tailer started again")
+	if n := ended(); n != 8 {
+		t.Errorf("after two resyncs the appliers saw %d snapshot ends, want 8", n)
 	}
 }
 
@@ -156,4 +240,15 @@ func (p *procSet) count(from int, what string) int {
 		n += strings.Count(d.stderr.String(), what)
 	}
 	return n
+}
+
+// withoutLines returns the lines of s that do not contain skip.
+func withoutLines(s, skip string) string {
+	var keep []string
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.Contains(l, skip) {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
 }

@@ -369,7 +369,9 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 				return nil, err
 			}
 			ddl, _ := target.(ddlPublisher)
-			target = tailerTarget{Sink: target, ddl: ddl, lock: lk, dropTable: tailerDropsTables(cfg)}
+			snap, _ := target.(tidemark.SnapshotBoundary)
+			target = tailerTarget{Sink: target, ddl: ddl, snap: snap, lock: lk, dropTable: tailerDropsTables(cfg),
+				resets: &resetTables{ids: map[tidemark.TableID]bool{}}}
 		}
 	default:
 		// Table states, DDL and the source lock stay in the state target.
@@ -459,6 +461,10 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 		// which tables it has); with Kafka alone they are streamed from
 		// their first change.
 		pc2.Snapshot = catchUp.Snapshotter(reader, registry, nil)
+	} else if tt, ok := target.(tailerTarget); ok && catchUp != nil {
+		// The scale-out tailer snapshots for resyncs and backfills, its
+		// rows between boundaries for the appliers (scaleout.go).
+		pc2.Snapshot = catchUp.Snapshotter(reader, tt, nil)
 	}
 	if cfg.FallbackOn() {
 		pc2.CatchUp = runCatchUp

@@ -35,10 +35,6 @@ func cmdResync(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, err)
 		return exitUsage
 	}
-	if cfg.Apply != nil {
-		fmt.Fprintln(stderr, "tidemark resync: not available in the scale-out topology yet (an apply section): a resync's reset of the target table is not carried to the appliers; stop the tailer and the appliers, resync with a config without the apply section, then start them again (docs/SCALE-OUT.md)")
-		return exitUsage
-	}
 	var ids []tidemark.TableID
 	for _, t := range tables {
 		id, err := tidemark.ParseTableID(t)
@@ -59,6 +55,11 @@ func cmdResync(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	reg, err2 := need[fallback.Registry](d.state, "tidemark resync")
 	locker, err3 := need[tidemark.SourceLocker](d.state, "tidemark resync")
 	clock, err4 := need[tidemark.Clock](d.state, "tidemark resync")
+	if tt, ok := d.target.(tailerTarget); ok {
+		// The scale-out topology: the tailer's states, lock and clock;
+		// its snapshot boundaries carry the resync to the appliers.
+		reg, locker, clock, err2, err3, err4 = tt, tt, tt, nil, nil, nil
+	}
 	if err := errors.Join(err, err2, err3, err4); err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitUsage

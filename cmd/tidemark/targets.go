@@ -156,10 +156,16 @@ func withKafka(ctx context.Context, pg tidemark.Sink, kc *KafkaConfig, source st
 type tailerTarget struct {
 	tidemark.Sink
 	// ddl publishes DDL to the appliers (the Kafka sink's PublishDDL).
-	ddl  ddlPublisher
+	ddl ddlPublisher
+	// snap encloses a snapshot's rows in boundaries for the appliers (the
+	// Kafka sink's; scaleout.go).
+	snap tidemark.SnapshotBoundary
 	lock lockTarget
 	// dropTable is target.postgres.ddl.drop_table: apply.
 	dropTable bool
+	// resets are the tables whose next snapshot reads them in full
+	// (ResetTable; scaleout.go).
+	resets *resetTables
 }
 
 // ddlPublisher is a sink that carries DDL to the appliers of the
@@ -168,9 +174,13 @@ type ddlPublisher interface {
 	PublishDDL(ctx context.Context, source string, events []tidemark.DDLEvent, checkpoint tidemark.Position) error
 }
 
-// lockTarget is the target holding the scale-out tailer's lock.
+// lockTarget is the target holding the scale-out tailer's lock, its table
+// states and the clock they are stamped with.
 type lockTarget interface {
 	tidemark.SourceLocker
+	tidemark.Clock
+	TableStates(ctx context.Context, source string) ([]tidemark.TableState, error)
+	SetTableState(ctx context.Context, source string, st tidemark.TableState) error
 	Close() error
 }
 
@@ -185,9 +195,11 @@ func tailerDropsTables(cfg *Config) bool {
 // DROP TABLE when ddl.drop_table is apply, is published as a control record
 // on every partition of the table's topic (each applier removes the rows
 // older than it; for a DROP, the target table once none is left); an ALTER
-// TABLE travels as the schema record of the next row. With ddl.drop_table:
-// refuse (the default) a DROP TABLE quarantines the table in the tailer and
-// the appliers keep its target rows, as without the topology.
+// TABLE travels as the schema record of the next row; one that renames
+// columns also re-snapshots the table (resyncRenamed). With
+// ddl.drop_table: refuse (the default) a DROP TABLE quarantines the table
+// in the tailer and the appliers keep its target rows, as without the
+// topology.
 func (t tailerTarget) ApplyDDL(ctx context.Context, source string, events []tidemark.DDLEvent, checkpoint tidemark.Position) error {
 	for _, ev := range events {
 		if ev.Op == tidemark.DDLDropTable && !t.dropTable {
@@ -200,6 +212,9 @@ func (t tailerTarget) ApplyDDL(ctx context.Context, source string, events []tide
 	}
 	if t.ddl == nil {
 		return errors.New("apply DDL: the tailer's sink is not the Kafka sink")
+	}
+	if err := t.resyncRenamed(ctx, source, events); err != nil {
+		return err
 	}
 	return t.ddl.PublishDDL(ctx, source, events, checkpoint)
 }
@@ -223,6 +238,9 @@ func (t tailerTarget) Watermark(ctx context.Context, source string, table tidema
 	ws, ok := t.Sink.(tidemark.WatermarkStore)
 	if !ok {
 		return time.Time{}, false, errors.New("the tailer's sink cannot read watermarks")
+	}
+	if t.resets != nil && t.resets.has(table) {
+		return time.Time{}, false, nil // reset for a snapshot: read it in full
 	}
 	return ws.Watermark(ctx, source, table)
 }

@@ -356,7 +356,9 @@ func (a *Applier) apply(ctx context.Context, recs []*kgo.Record) error {
 	start := time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	b := &tidemark.Batch{}
+	// Snapshot rows take their version even when unchanged (Refresh): the
+	// end of a snapshot removes the rows older than it.
+	b := &tidemark.Batch{Refresh: true}
 	touched := map[topicPartition]*partState{}
 	flush := func() error {
 		if len(touched) == 0 {
@@ -386,7 +388,7 @@ func (a *Applier) apply(ctx context.Context, recs []*kgo.Record) error {
 		if a.cfg.OnApply != nil {
 			a.cfg.OnApply(ApplyReport{Batch: b, Stats: stats, Records: len(b.Changes), Took: time.Since(start)})
 		}
-		b = &tidemark.Batch{}
+		b = &tidemark.Batch{Refresh: true}
 		clear(touched)
 		return nil
 	}

@@ -74,6 +74,11 @@ func (f *fakeTarget) Apply(_ context.Context, b *tidemark.Batch) (tidemark.Apply
 	var st tidemark.ApplyStats
 	for i := range b.Changes {
 		ch := &b.Changes[i]
+		if ch.Op == tidemark.OpRead && !b.Refresh {
+			// The PostgreSQL sink would keep an unchanged row's older
+			// version, and a snapshot's end would remove it.
+			return tidemark.ApplyStats{}, fmt.Errorf("a snapshot row of %s in a batch without Refresh", ch.Table.ID)
+		}
 		t := f.table(ch.Table.ID)
 		t.exists = true // like the PostgreSQL sink, Apply creates a missing table
 		row := ch.After
@@ -81,7 +86,10 @@ func (f *fakeTarget) Apply(_ context.Context, b *tidemark.Batch) (tidemark.Apply
 			row = ch.Before
 		}
 		k := rowKey(ch.Table, row)
-		if have, ok := t.rows[k]; ok && have.Compare(ch.Version) >= 0 {
+		// Batch.Refresh: a snapshot row also replaces its own
+		// transaction's rows.
+		refresh := ch.Op == tidemark.OpRead && ch.Version.Index == 0
+		if have, ok := t.rows[k]; ok && have.Compare(ch.Version) >= 0 && !(refresh && have.Seq <= ch.Version.Seq) {
 			st.Skipped++
 			continue
 		}
@@ -148,7 +156,11 @@ func (f *fakeTarget) RemoveBefore(_ context.Context, id tidemark.TableID, v tide
 	defer f.mu.Unlock()
 	t := f.table(id)
 	n := len(t.rows)
-	t.removeBefore(v)
+	for k, have := range t.rows {
+		if have.Seq <= v.Seq && have != v {
+			delete(t.rows, k)
+		}
+	}
 	f.calls = append(f.calls, "remove "+id.String())
 	return int64(n - len(t.rows)), nil
 }
@@ -300,8 +312,10 @@ func TestApplierDropRecordShape(t *testing.T) {
 func TestApplierFollowsSnapshotBoundaries(t *testing.T) {
 	s, orders := publishOrders(t)
 	ctx := context.Background()
-	// The source lost ids 31-40 without a binlog event: the snapshot has
+	// Transaction 50 inserts id 41; then the source loses ids 31-41
+	// without a binlog event: the snapshot read after transaction 50 has
 	// ids 1-30, stamped with its version.
+	apply(t, s, &tidemark.Batch{Source: "src", Changes: insertsOf(orders, 41, 1, 50), Checkpoint: tidemark.Position{GTID: "0-1-50"}})
 	snapAt := tidemark.Version{Seq: 50}
 	if err := s.BeginSnapshot(ctx, "src", orders.ID, "resync requested"); err != nil {
 		t.Fatal(err)

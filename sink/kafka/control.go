@@ -177,10 +177,11 @@ func kindByName(name string) (tidemark.Kind, bool) {
 
 // changeEnvelope is the part of a change envelope an applier needs.
 type changeEnvelope struct {
-	Op     string                     `json:"op"`
-	Before map[string]json.RawMessage `json:"before"`
-	After  map[string]json.RawMessage `json:"after"`
-	Source struct {
+	Op      string                     `json:"op"`
+	Before  map[string]json.RawMessage `json:"before"`
+	After   map[string]json.RawMessage `json:"after"`
+	KeyOnly bool                       `json:"key_only"`
+	Source  struct {
 		Name       string  `json:"name"`
 		Database   string  `json:"database"`
 		Table      string  `json:"table"`
@@ -206,7 +207,8 @@ func decodeChange(value []byte, t *tidemark.Table) (tidemark.Change, error) {
 	if !ok {
 		return tidemark.Change{}, fmt.Errorf("decode change of %s: unknown op %q", t.ID, env.Op)
 	}
-	ch := tidemark.Change{Op: op, Table: t, Version: tidemark.Version{Seq: env.Source.Seq, Index: env.Source.Index}, Size: len(value)}
+	ch := tidemark.Change{Op: op, Table: t, Version: tidemark.Version{Seq: env.Source.Seq, Index: env.Source.Index}, Size: len(value),
+		KeyOnly: env.KeyOnly && op == tidemark.OpDelete}
 	if env.Source.CommitTime != nil {
 		ct, err := time.Parse(time.RFC3339Nano, *env.Source.CommitTime)
 		if err != nil {

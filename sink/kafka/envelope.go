@@ -24,6 +24,7 @@ const EnvelopeVersion = "1"
 //	{"op":"u",
 //	 "before":{"id":1,"name":"a"},        // null for c and r
 //	 "after":{"id":1,"name":"b"},         // null for d
+//	 "key_only":true,                     // only on a delete found by the key diff
 //	 "source":{"name":"shop","server_id":1001,"database":"shop","table":"orders",
 //	           "commit_time":"2026-11-29T10:00:00.000000Z","seq":42,"index":1,
 //	           "gtid":"0-1001-42","file":null,"pos":null},
@@ -166,6 +167,11 @@ func (c *codec) appendEnvelope(dst []byte, ch *tidemark.Change, batchPos tidemar
 	}
 	if dst, err = c.appendRow(dst, after); err != nil {
 		return dst, err
+	}
+	if ch.Op == tidemark.OpDelete && ch.KeyOnly {
+		// A delete found by the key diff: only the key of before is
+		// known, its other columns are null because they are unknown.
+		dst = append(dst, `,"key_only":true`...)
 	}
 	dst = append(dst, c.source...)
 	dst = append(dst, `"commit_time":`...)

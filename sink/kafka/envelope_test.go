@@ -190,6 +190,7 @@ func TestEnvelopeValidatesAgainstSchema(t *testing.T) {
 		{"update with file/pos", tidemark.Change{Op: tidemark.OpUpdate, Before: row, After: row2}, tidemark.Position{File: "bin.000003", Offset: 1234}},
 		{"delete, split transaction", tidemark.Change{Op: tidemark.OpDelete, Before: row2}, tidemark.Position{}},
 		{"snapshot read", tidemark.Change{Op: tidemark.OpRead, After: row}, tidemark.Position{GTID: "0-1001-42"}},
+		{"key-only delete", tidemark.Change{Op: tidemark.OpDelete, Before: keyOnly(tbl, row), KeyOnly: true}, tidemark.Position{GTID: "0-1001-42"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -216,6 +217,8 @@ func TestEnvelopeValidatesAgainstSchema(t *testing.T) {
 	}
 	// The schema is not vacuous: broken envelopes fail it.
 	bad := []string{
+		`{"op":"c","before":null,"after":{"a":1},"key_only":true,"source":{"name":"s","server_id":null,"database":"d","table":"t","commit_time":null,"seq":1,"index":1,"gtid":null,"file":null,"pos":null},"ts":"2026-01-01T00:00:00.000000Z"}`,
+		`{"op":"d","before":{"a":1},"after":null,"key_only":false,"source":{"name":"s","server_id":null,"database":"d","table":"t","commit_time":null,"seq":1,"index":1,"gtid":null,"file":null,"pos":null},"ts":"2026-01-01T00:00:00.000000Z"}`,
 		`{}`,
 		`{"op":"x","before":null,"after":{},"source":{},"ts":"2026-01-01T00:00:00.000000Z"}`,
 		`{"op":"d","before":null,"after":{"a":1},"source":{"name":"s","server_id":null,"database":"d","table":"t","commit_time":null,"seq":1,"index":1,"gtid":null,"file":null,"pos":null},"ts":"2026-01-01T00:00:00.000000Z"}`,
@@ -278,5 +281,51 @@ func TestEnvelopeFieldOrderIsStable(t *testing.T) {
 	key, _ := c.appendKey(nil, ch.After)
 	if string(key) != `{"tenant":"acme","id":1}` {
 		t.Errorf("key = %s: want the key columns in key order", key)
+	}
+}
+
+// keyOnly returns row with every column but the key NULL (a key-diff
+// delete's before image).
+func keyOnly(t *tidemark.Table, row []any) []any {
+	out := make([]any, len(row))
+	for _, k := range t.Key {
+		out[k] = row[k]
+	}
+	return out
+}
+
+// TestKeyOnlyDelete: a delete found by the key diff (its before image holds
+// the key alone) says so in the envelope ("key_only":true) and decodes
+// back as a key-only delete; a delete with the full image has no such
+// field.
+func TestKeyOnlyDelete(t *testing.T) {
+	tbl, row := allKindsTable()
+	c, err := newCodec(tbl, "src", "topic", 1001)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as, err := parseSchema(c.schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, keyOnlyDelete := range []bool{true, false} {
+		ch := tidemark.Change{Op: tidemark.OpDelete, Table: tbl, Before: row, KeyOnly: keyOnlyDelete, Version: tidemark.Version{Seq: 9}}
+		if keyOnlyDelete {
+			ch.Before = keyOnly(tbl, row)
+		}
+		val, err := c.appendEnvelope(nil, &ch, tidemark.Position{}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(string(val), `"after":null,"key_only":true,"source":`); got != keyOnlyDelete {
+			t.Errorf("key-only %v: envelope %s", keyOnlyDelete, val)
+		}
+		back, err := decodeChange(val, as.table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if back.KeyOnly != keyOnlyDelete {
+			t.Errorf("key-only %v: decoded KeyOnly %v", keyOnlyDelete, back.KeyOnly)
+		}
 	}
 }

@@ -402,7 +402,7 @@ func (s *Sink) applyOnce(ctx context.Context, b *tidemark.Batch, p *batchPlan) (
 	p.tombNext = next
 	st.Coalesced = p.coalesced
 	for _, g := range p.groups {
-		gs, err := s.applyGroup(ctx, tx, g, now, b.Source, stamp)
+		gs, err := s.applyGroup(ctx, tx, g, now, b.Source, stamp, b.Refresh)
 		if err != nil {
 			return st, err
 		}
@@ -469,7 +469,7 @@ func (s *Sink) applyOnce(ctx context.Context, b *tidemark.Batch, p *batchPlan) (
 
 // applyGroup stages one target table's rows and merges them; stamp is the
 // generation of the tombstones it writes (tombstones.go).
-func (s *Sink) applyGroup(ctx context.Context, tx pgx.Tx, g *groupPlan, now time.Time, source string, stamp int64) (tidemark.ApplyStats, error) {
+func (s *Sink) applyGroup(ctx context.Context, tx pgx.Tx, g *groupPlan, now time.Time, source string, stamp int64, refresh bool) (tidemark.ApplyStats, error) {
 	var st tidemark.ApplyStats
 	d := g.def
 	// Rows newer than every tombstone of their table (streaming, as a
@@ -511,8 +511,14 @@ func (s *Sink) applyGroup(ctx context.Context, tx pgx.Tx, g *groupPlan, now time
 	}
 	if counted > 0 {
 		sql, args := d.upsertSQL, []any(nil)
+		if refresh {
+			sql = d.refreshSQL
+		}
 		if guarded {
 			sql, args = d.upsertTombSQL, []any{d.qname}
+			if refresh {
+				sql = d.refreshTombSQL
+			}
 		}
 		rows, err := tx.Query(ctx, sql, args...)
 		if err != nil {

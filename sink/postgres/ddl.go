@@ -1060,6 +1060,9 @@ func (s *Sink) execIfExists(ctx context.Context, what, qname, q string, args ...
 			return nil
 		}
 		tag, err := s.pool.Exec(ctx, q, args...)
+		if isUndefinedTable(err) {
+			return nil // dropped since to_regclass looked
+		}
 		n = tag.RowsAffected()
 		return redact(err, s.secret)
 	})
@@ -1071,18 +1074,21 @@ func (s *Sink) execIfExists(ctx context.Context, what, qname, q string, args ...
 
 // RemoveBefore implements tidemark.StreamTarget: the end of a snapshot of
 // table stamped v, as an applier of one partition sees it. Every target row
-// older than v was not in the snapshot and is removed; in soft-delete mode
-// it is marked deleted and keeps its version (a snapshot row at v of a
-// lagging partition then still wins over it). Idempotent, any order.
+// of v's transaction or older that is not at v itself was not in the
+// snapshot and is removed; in soft-delete mode it is marked deleted and
+// keeps its version (a snapshot row at v of a lagging partition then still
+// wins over it). Idempotent, any order.
 func (s *Sink) RemoveBefore(ctx context.Context, table tidemark.TableID, v tidemark.Version) (int64, error) {
 	_, _, qname, err := s.targetOf(table)
 	if err != nil {
 		return 0, &tidemark.TableError{Table: table, Err: err}
 	}
-	q := "DELETE FROM " + qname + " WHERE (" + colSeq + ", " + colIdx + ") < ($1, $2)"
+	// The snapshot's rows are at v (Batch.Refresh); v's own transaction
+	// (same seq, a higher index) committed before the snapshot read.
+	cond := colSeq + " <= $1 AND (" + colSeq + ", " + colIdx + ") <> ($1, $2)"
+	q := "DELETE FROM " + qname + " WHERE " + cond
 	if s.cfg.DeleteMode == DeleteSoft {
-		q = "UPDATE " + qname + " SET " + colDeleted + " = true, " + colDeletedAt + " = NULL WHERE (" +
-			colSeq + ", " + colIdx + ") < ($1, $2) AND NOT " + colDeleted
+		q = "UPDATE " + qname + " SET " + colDeleted + " = true, " + colDeletedAt + " = NULL WHERE " + cond + " AND NOT " + colDeleted
 	}
 	n, err := s.execIfExists(ctx, "remove rows of "+qname+" older than snapshot "+v.String(), qname, q, int64(v.Seq), int64(v.Index))
 	if err != nil {
@@ -1091,6 +1097,9 @@ func (s *Sink) RemoveBefore(ctx context.Context, table tidemark.TableID, v tidem
 	s.log.Info("removed target rows older than a snapshot (gone from the source)", "table", qname, "version", v.String(), "rows", n)
 	return n, nil
 }
+
+// errTableGone says that a table dropped under DropBefore's transaction.
+var errTableGone = errors.New("table dropped meanwhile")
 
 // DropBefore implements tidemark.StreamTarget: a source DROP TABLE at
 // version v as an applier of one partition sees it. Under the DDL lock and
@@ -1122,6 +1131,11 @@ func (s *Sink) DropBefore(ctx context.Context, table tidemark.TableID, v tidemar
 				return nil
 			}
 			if _, err := tx.Exec(ctx, "LOCK TABLE "+qname+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+				if isUndefinedTable(err) {
+					// Another applier dropped it since to_regclass
+					// looked (its catalog snapshot was older).
+					return errTableGone
+				}
 				return fmt.Errorf("lock %s: %w", qname, err)
 			}
 			tag, err := tx.Exec(ctx, "DELETE FROM "+qname+" WHERE ("+colSeq+", "+colIdx+") < ($1, $2)", int64(v.Seq), int64(v.Index))
@@ -1143,6 +1157,9 @@ func (s *Sink) DropBefore(ctx context.Context, table tidemark.TableID, v tidemar
 			return nil
 		}), s.secret)
 	})
+	if errors.Is(err, errTableGone) {
+		exists, err = false, nil
+	}
 	if err != nil {
 		return fmt.Errorf("drop %s before version %s: %w", qname, v, err)
 	}

@@ -64,6 +64,8 @@ type tableDef struct {
 	createStageSQL string
 	upsertSQL      string // hard: op 'u'; soft: ops 'u' and 'd'
 	upsertTombSQL  string // hard only: upsertSQL that loses to a newer tombstone ($1 the target)
+	refreshSQL     string // upsertSQL for tidemark.Batch.Refresh: unchanged snapshot rows take their version
+	refreshTombSQL string // upsertTombSQL for tidemark.Batch.Refresh
 	keyGoneSQL     string // soft only: op 'k'
 	markSQL        string // soft only: op 'x'
 	deleteSQL      string // hard only: ops 'd' and 'k'
@@ -202,7 +204,7 @@ func (d *tableDef) buildSQL() {
 	// strictly newer, so a replay or an older change is a no-op (Skipped).
 	guard := fmt.Sprintf("(t.%s, t.%s) < (EXCLUDED.%s, EXCLUDED.%s)", q(colSeq), q(colIdx), q(colSeq), q(colIdx))
 
-	upsert := func(opFilter string) string {
+	upsert := func(opFilter string, refresh bool) string {
 		var b strings.Builder
 		insertCols := append(append([]string{}, cols...), q(colSeq), q(colIdx), q(colCommitTime), q(colLoadedAt))
 		sel := make([]string, 0, len(cols)+6)
@@ -251,20 +253,31 @@ func (d *tableDef) buildSQL() {
 			theirs = append(theirs, "EXCLUDED."+q(colDeleted))
 		}
 		readGuard := ""
-		if len(mine) > 0 {
+		switch {
+		case refresh:
+			// Batch.Refresh: an unchanged snapshot row takes its version.
+		case len(mine) > 0:
 			readGuard = fmt.Sprintf(" AND (EXCLUDED.%s <> 0 OR (%s) IS DISTINCT FROM (%s))", q(colIdx), strings.Join(mine, ", "), strings.Join(theirs, ", "))
-		} else {
+		default:
 			readGuard = fmt.Sprintf(" AND EXCLUDED.%s <> 0", q(colIdx))
 		}
-		fmt.Fprintf(&b, "\nWHERE %s%s\nRETURNING (t.xmax = 0)", guard, readGuard)
+		where := guard
+		if refresh {
+			// Batch.Refresh: a snapshot row (index 0) stands for the
+			// state after its transaction, so it also replaces the rows
+			// that transaction's own changes wrote.
+			where = fmt.Sprintf("(%s OR (EXCLUDED.%s = 0 AND t.%s <= EXCLUDED.%s))", guard, q(colIdx), q(colSeq), q(colSeq))
+		}
+		fmt.Fprintf(&b, "\nWHERE %s%s\nRETURNING (t.xmax = 0)", where, readGuard)
 		if d.soft {
 			fmt.Fprintf(&b, ", t.%s", q(colDeleted))
 		}
 		return b.String()
 	}
 	if d.soft {
-		d.upsertSQL = upsert(fmt.Sprintf("IN ('%s', '%s')", opUpsert, opDelete))
-		d.keyGoneSQL = upsert(fmt.Sprintf("= '%s'", opKeyGone))
+		d.upsertSQL = upsert(fmt.Sprintf("IN ('%s', '%s')", opUpsert, opDelete), false)
+		d.refreshSQL = upsert(fmt.Sprintf("IN ('%s', '%s')", opUpsert, opDelete), true)
+		d.keyGoneSQL = upsert(fmt.Sprintf("= '%s'", opKeyGone), false)
 		// A key-only delete marks the row it finds and leaves its values
 		// alone; no row (or one already deleted) is a skip.
 		var conds []string
@@ -285,9 +298,11 @@ func (d *tableDef) buildSQL() {
 		if d.tomb != "" {
 			guard, write = tombstoneSQL(d.tomb, stage, t)
 		}
-		d.upsertSQL = upsert(fmt.Sprintf("= '%s'", opUpsert))
+		d.upsertSQL = upsert(fmt.Sprintf("= '%s'", opUpsert), false)
+		d.refreshSQL = upsert(fmt.Sprintf("= '%s'", opUpsert), true)
 		if guard != "" {
-			d.upsertTombSQL = upsert(fmt.Sprintf("= '%s'%s", opUpsert, guard))
+			d.upsertTombSQL = upsert(fmt.Sprintf("= '%s'%s", opUpsert, guard), false)
+			d.refreshTombSQL = upsert(fmt.Sprintf("= '%s'%s", opUpsert, guard), true)
 		}
 		d.tombWriteSQL = write
 		var conds []string
