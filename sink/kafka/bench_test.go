@@ -96,3 +96,55 @@ func BenchmarkEncode(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(batch.Changes)*b.N)/b.Elapsed().Seconds(), "changes/s")
 }
+
+// BenchmarkDecodeVsEncode decodes change envelopes as an applier does
+// (decodeChange) and encodes the same changes (appendEnvelope), in one run,
+// and reports both rates and decode/encode: what an applier pays per change
+// on top of the tailer, before any PostgreSQL work.
+//
+//	go test -run '^$' -bench DecodeVsEncode -benchmem ./sink/kafka/
+func BenchmarkDecodeVsEncode(b *testing.B) {
+	tbl := ordersTable("shop")
+	c, err := newCodec(tbl, "src", "topic", 1001)
+	if err != nil {
+		b.Fatal(err)
+	}
+	at := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	const n = 1000
+	changes := make([]tidemark.Change, n)
+	values := make([][]byte, n)
+	for i := range changes {
+		id, tenant := int64(i), fmt.Sprintf("tenant-%d", i%7)
+		before := []any{id, tenant, tidemark.Decimal("100.00"), "a note that makes the row a bit bigger", at}
+		after := []any{id, tenant, tidemark.Decimal(fmt.Sprintf("%d.%02d", i, i%100)), nil, at.Add(time.Duration(i) * time.Microsecond)}
+		changes[i] = tidemark.Change{Op: tidemark.OpUpdate, Table: tbl, Before: before, After: after,
+			Version: tidemark.Version{Seq: uint64(i/3 + 1), Index: uint32(i%3 + 1)}, CommitTime: at, Size: 300}
+		if values[i], err = c.appendEnvelope(nil, &changes[i], gtid(7), at); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var encode, decode time.Duration
+	buf := make([]byte, 0, 512*n)
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		buf = buf[:0]
+		for j := range changes {
+			if buf, err = c.appendEnvelope(buf, &changes[j], gtid(7), at); err != nil {
+				b.Fatal(err)
+			}
+		}
+		encode += time.Since(start)
+		start = time.Now()
+		for _, v := range values {
+			if _, err := decodeChange(v, tbl); err != nil {
+				b.Fatal(err)
+			}
+		}
+		decode += time.Since(start)
+	}
+	enc := float64(b.N*n) / encode.Seconds()
+	dec := float64(b.N*n) / decode.Seconds()
+	b.ReportMetric(enc, "encoded/s")
+	b.ReportMetric(dec, "decoded/s")
+	b.ReportMetric(dec/enc, "decode/encode")
+}

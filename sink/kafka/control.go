@@ -193,9 +193,9 @@ type changeEnvelope struct {
 
 var opByCode = map[string]tidemark.Op{"c": tidemark.OpInsert, "u": tidemark.OpUpdate, "d": tidemark.OpDelete, "r": tidemark.OpRead}
 
-// decodeChange decodes a change envelope written with schema t, the inverse
-// of appendEnvelope. Errors name the table and column, never a value.
-func decodeChange(value []byte, t *tidemark.Table) (tidemark.Change, error) {
+// decodeChangeJSON is decodeChange with encoding/json: the reference the
+// fast decoder falls back to (decode.go).
+func decodeChangeJSON(value []byte, t *tidemark.Table) (tidemark.Change, error) {
 	var env changeEnvelope
 	if err := json.Unmarshal(value, &env); err != nil {
 		return tidemark.Change{}, fmt.Errorf("decode change of %s: %w", t.ID, err)
@@ -262,6 +262,9 @@ func decodeValue(raw json.RawMessage, k tidemark.Kind) (any, error) {
 		return nil, nil
 	}
 	str := func() (string, error) {
+		if s, ok := plainString(raw); ok {
+			return s, nil
+		}
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return "", fmt.Errorf("kind %s: want a JSON string: %w", k, errBadValue)
@@ -294,7 +297,7 @@ func decodeValue(raw json.RawMessage, k tidemark.Kind) (any, error) {
 		}
 		return v, nil
 	case tidemark.KindJSON:
-		return tidemark.JSON(raw), nil
+		return tidemark.JSON(bytes.Clone(raw)), nil // raw may be the record's buffer
 	}
 	s, err := str()
 	if err != nil {
@@ -320,11 +323,11 @@ func decodeValue(raw json.RawMessage, k tidemark.Kind) (any, error) {
 	case tidemark.KindTime:
 		return parseDuration(s)
 	case tidemark.KindDateTime, tidemark.KindTimestamp:
-		ts, err := time.Parse(time.RFC3339Nano, s)
+		ts, err := parseTimestamp(s)
 		if err != nil {
 			return nil, fmt.Errorf("kind %s: %w", k, errBadValue)
 		}
-		return ts.UTC(), nil
+		return ts, nil
 	}
 	return nil, fmt.Errorf("unknown kind %s", k)
 }

@@ -15,15 +15,7 @@ import (
 // the same table, op, version, commit time and values (DATETIME truncated
 // to the envelope's microseconds).
 func TestChangeRoundTrip(t *testing.T) {
-	tbl, row := allKindsTable()
-	c, err := newCodec(tbl, "src", "topic", 1001)
-	if err != nil {
-		t.Fatal(err)
-	}
-	as, err := parseSchema(c.schema)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tbl, row, c, as := allKindsCodec(t)
 	if !reflect.DeepEqual(as.table, tbl) || as.fingerprint != string(c.fingerprint) || as.source != "src" {
 		t.Fatalf("schema round trip: %+v / %s, want %+v / %s", as.table, as.fingerprint, tbl, c.fingerprint)
 	}

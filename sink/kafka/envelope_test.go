@@ -299,15 +299,7 @@ func keyOnly(t *tidemark.Table, row []any) []any {
 // back as a key-only delete; a delete with the full image has no such
 // field.
 func TestKeyOnlyDelete(t *testing.T) {
-	tbl, row := allKindsTable()
-	c, err := newCodec(tbl, "src", "topic", 1001)
-	if err != nil {
-		t.Fatal(err)
-	}
-	as, err := parseSchema(c.schema)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tbl, row, c, as := allKindsCodec(t)
 	for _, keyOnlyDelete := range []bool{true, false} {
 		ch := tidemark.Change{Op: tidemark.OpDelete, Table: tbl, Before: row, KeyOnly: keyOnlyDelete, Version: tidemark.Version{Seq: 9}}
 		if keyOnlyDelete {
