@@ -205,11 +205,20 @@ func run(ctx context.Context, o options) error {
 	// created in the stream and streams them (a table that appears without
 	// its CREATE and is missing from the target is snapshotted first,
 	// which would measure something else).
+	// On a fresh server (a fresh clone's services) gtid_binlog_pos is
+	// empty until something is logged; an empty start position would make
+	// the daemons snapshot instead of stream. The DROP is logged first.
+	if err := harness.Exec(my, "DROP DATABASE IF EXISTS "+benchDB); err != nil {
+		return err
+	}
 	ddlStart, err := harness.SourcePosition(my)
 	if err != nil {
 		return err
 	}
-	if err := harness.Exec(my, "DROP DATABASE IF EXISTS "+benchDB, "CREATE DATABASE "+benchDB, "USE "+benchDB,
+	if ddlStart.GTID == "" {
+		return fmt.Errorf("the source's gtid_binlog_pos is empty after a logged statement: the bench needs GTIDs (log_bin on, MariaDB)")
+	}
+	if err := harness.Exec(my, "CREATE DATABASE "+benchDB, "USE "+benchDB,
 		fmt.Sprintf(tableDDL, "ins"), fmt.Sprintf(tableDDL, "upd"), fmt.Sprintf(tableDDL, "lag"),
 		"SET time_zone = '"+zone+"'"); err != nil {
 		return err
@@ -615,6 +624,11 @@ func (d *daemon) stop() (peakKiB int64, err error) {
 
 // endToEnd is T2: the real binary drains a backlog.
 func endToEnd(ctx context.Context, bin string, env harness.Env, pg *pgx.Conn, source, table string, from, to tidemark.Position, rows int, extra ...string) (result, int64, error) {
+	if from.IsZero() {
+		// Without a start position the daemon takes a snapshot first: a
+		// different measure than the stream this times.
+		return result{}, 0, fmt.Errorf("end to end %s: no start position (the daemon would snapshot, not stream)", table)
+	}
 	cfg, err := writeConfig(env, source, table, from)
 	if err != nil {
 		return result{}, 0, err
@@ -699,6 +713,20 @@ func lag(ctx context.Context, o options, env harness.Env, my *client.Conn, pg *p
 	if err = harness.Exec(my, "SET time_zone = '+00:00'"); err != nil {
 		return
 	}
+	// Warm-up: the daemon meets the table for the first time with its
+	// first row and creates (snapshots) its target then. One row with a
+	// negative id, waited for and left out of the figures: T3 times the
+	// steady stream, not the start.
+	if err = harness.Exec(my, `INSERT INTO lag (id, amount, created_at, updated_at, name, doc) VALUES (-1, 1.00, NOW(6), NOW(6), 'warm-up', '{}')`); err != nil {
+		return
+	}
+	warm, err := harness.SourcePosition(my)
+	if err != nil {
+		return
+	}
+	if err = harness.WaitCaughtUp(ctx, pg, "", source, warm, 5*time.Minute); err != nil {
+		return
+	}
 	// Batches of 100 rows per transaction at the target rate.
 	perTx := 100
 	interval := time.Duration(float64(time.Second) * float64(perTx) / rate)
@@ -722,7 +750,7 @@ func lag(ctx context.Context, o options, env harness.Env, my *client.Conn, pg *p
 		return
 	}
 	rss, _ = d.stop()
-	rows, err := pg.Query(ctx, "SELECT extract(epoch from (pg_xact_commit_timestamp(xmin) - updated_at))::float8 FROM "+pgx.Identifier{source, "lag"}.Sanitize())
+	rows, err := pg.Query(ctx, "SELECT extract(epoch from (pg_xact_commit_timestamp(xmin) - updated_at))::float8 FROM "+pgx.Identifier{source, "lag"}.Sanitize()+" WHERE id >= 0")
 	if err != nil {
 		return
 	}
