@@ -21,6 +21,13 @@ type PipelineConfig struct {
 	// MaxDelay closes a non-empty batch this long after its first change
 	// arrived (default 200ms), bounding lag under a light load.
 	MaxDelay time.Duration
+	// FlushWhenIdle applies a batch that ends at a transaction's commit as
+	// soon as no other batch is applying, instead of waiting for MaxDelay
+	// or a full batch: a light load is applied a transaction or two at a
+	// time (lag ≈ one apply), while under a heavy load batches still grow
+	// during the previous batch's apply (group commit). Off, a batch waits
+	// for MaxDelay, MaxBatchChanges or MaxBatchBytes.
+	FlushWhenIdle bool
 	// QueueChunks is the capacity of the channel between source and
 	// applier (default 4). Chunks are bounded in bytes by the source, so
 	// memory in flight is about QueueChunks × the source's chunk size plus

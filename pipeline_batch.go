@@ -20,6 +20,9 @@ type batcher struct {
 	batch *Batch
 	bytes int
 	timer *time.Timer // nil: not armed
+	// atCommit: the last chunk added ended at a commit (the batch in hand
+	// holds whole transactions only).
+	atCommit bool
 }
 
 // newBatcher returns a batcher with an empty batch for cfg's source and
@@ -46,6 +49,7 @@ func (b *batcher) add(ch *Chunk) (cut bool) {
 	if !ch.Commit.IsZero() {
 		b.batch.Checkpoint = ch.Commit
 	}
+	b.atCommit = !ch.Commit.IsZero()
 	n := len(b.batch.Changes)
 	full := n >= b.maxChanges || b.bytes >= b.maxBytes
 	if (full && !ch.Commit.IsZero()) || n >= 2*b.maxChanges || b.bytes >= 2*b.maxBytes {
@@ -56,6 +60,12 @@ func (b *batcher) add(ch *Chunk) (cut bool) {
 		b.arm()
 	}
 	return false
+}
+
+// whole reports whether the batch in hand has changes and ends at a
+// commit: it may be applied now without cutting a transaction.
+func (b *batcher) whole() bool {
+	return len(b.batch.Changes) > 0 && b.atCommit
 }
 
 // arm starts the delay timer unless it runs.
@@ -88,5 +98,6 @@ func (b *batcher) take() *Batch {
 	out := b.batch
 	b.batch = &Batch{Source: b.source}
 	b.bytes = 0
+	b.atCommit = false
 	return out
 }

@@ -124,11 +124,17 @@ func (p *Pipeline) applyLoop(ctx context.Context, chunks <-chan Chunk) error {
 			if err != nil {
 				return err
 			}
+			if err := a.flushIdle(); err != nil {
+				return err
+			}
 		case ch, ok := <-chunks:
 			if !ok {
 				return a.flush()
 			}
 			if done, err := a.add(ch); done || err != nil {
+				return err
+			}
+			if err := a.flushIdle(); err != nil {
 				return err
 			}
 		case <-a.batch.expired():
@@ -209,6 +215,15 @@ func (a *applier) flush() error {
 		return err
 	}
 	return a.p.applyBatch(a.ctx, a.batch.take())
+}
+
+// flushIdle starts applying the batch in hand when FlushWhenIdle is set,
+// no batch is in flight, and the batch holds whole transactions.
+func (a *applier) flushIdle() error {
+	if !a.p.cfg.FlushWhenIdle || a.inflight != nil || !a.batch.whole() || a.ctx.Err() != nil {
+		return nil
+	}
+	return a.flushAsync()
 }
 
 // flushAsync starts applying the batch in hand once the one in flight is

@@ -285,3 +285,80 @@ func TestPipelineFiltersInOrder(t *testing.T) {
 		t.Fatalf("applied %v", got)
 	}
 }
+
+// With FlushWhenIdle a transaction is applied as soon as the applier is
+// idle, without waiting for MaxDelay; what arrives while a batch applies is
+// gathered into the next batch, which is cut at a commit only.
+func TestPipelineFlushWhenIdle(t *testing.T) {
+	started, gate, sent := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	sink := &fakeSink{}
+	var once sync.Once
+	sink.apply = func(b *tidemark.Batch) (tidemark.ApplyStats, error) {
+		once.Do(func() {
+			close(started)
+			sink.mu.Unlock() // let the test read the sink while this apply waits
+			<-gate
+			sink.mu.Lock()
+		})
+		return tidemark.ApplyStats{}, nil
+	}
+	src := &fakeSource{stream: func(ctx context.Context, from tidemark.Position, out chan<- tidemark.Chunk) error {
+		out <- tidemark.Chunk{Changes: changes(1, 2), Commit: pos(1)}
+		<-started
+		out <- tidemark.Chunk{Changes: changes(2, 3)} // a transaction's first part
+		out <- tidemark.Chunk{Changes: changes(2, 1), Commit: pos(2)}
+		out <- tidemark.Chunk{Changes: changes(3, 4), Commit: pos(3)}
+		close(sent)
+		<-ctx.Done()
+		return nil
+	}}
+	p, _ := tidemark.NewPipeline(tidemark.PipelineConfig{Source: "s", MaxDelay: time.Hour, FlushWhenIdle: true}, src, nil, sink)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx, tidemark.Position{}) }()
+	select {
+	case <-started: // the first transaction applies without the hour's delay
+	case err := <-errc:
+		t.Fatalf("pipeline ended: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first transaction was not applied while the applier was idle")
+	}
+	<-sent
+	close(gate)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sink.mu.Lock()
+		done := sink.checkpoint == pos(3)
+		sink.mu.Unlock()
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the transactions that arrived during the first apply were not applied after it")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	// The first batch is the first transaction alone; the rest arrived
+	// during its apply and go in one or two batches (the loop may see the
+	// apply end before it reads the last chunk), each ending at a commit:
+	// [2 8] or [2 4 4], never the 3-change first part on its own.
+	var sizes []int
+	total := 0
+	for _, b := range sink.batches {
+		sizes = append(sizes, len(b.Changes))
+		total += len(b.Changes)
+		if b.Checkpoint.IsZero() {
+			t.Fatalf("a batch of %d changes was cut inside a transaction (batches %v)", len(b.Changes), sizes)
+		}
+	}
+	if len(sizes) < 2 || sizes[0] != 2 || total != 10 || len(sizes) > 3 {
+		t.Fatalf("batches of %v changes, want [2 8] or [2 4 4]", sizes)
+	}
+}

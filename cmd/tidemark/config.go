@@ -196,6 +196,10 @@ type BatchConfig struct {
 	MaxChanges int           `yaml:"max_changes"`
 	MaxBytes   int           `yaml:"max_bytes"`
 	MaxDelay   time.Duration `yaml:"max_delay"`
+	// FlushWhenIdle applies whole transactions as soon as no batch is
+	// applying instead of waiting for max_delay (tidemark.PipelineConfig
+	// FlushWhenIdle). Default true.
+	FlushWhenIdle *bool `yaml:"flush_when_idle"`
 }
 
 // LogConfig configures logging.

@@ -449,7 +449,7 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 	}
 	pc2 := tidemark.PipelineConfig{
 		Source: bc.Name, MaxBatchChanges: cfg.Batch.MaxChanges, MaxBatchBytes: cfg.Batch.MaxBytes,
-		MaxDelay: cfg.Batch.MaxDelay, Logger: log.With("component", "pipeline"), OnApply: onApply,
+		MaxDelay: cfg.Batch.MaxDelay, FlushWhenIdle: cfg.Batch.FlushWhenIdle == nil || *cfg.Batch.FlushWhenIdle, Logger: log.With("component", "pipeline"), OnApply: onApply,
 		OnTableState: func(st tidemark.TableState) {
 			if d.onTableState != nil {
 				d.onTableState(st)
