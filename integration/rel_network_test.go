@@ -210,8 +210,12 @@ func TestF8PostgresHalfOpen(t *testing.T) {
 	mustAdd(t, n.pgP,
 		harness.Toxic{Name: "hang_down", Type: "timeout", Stream: "downstream", Attributes: map[string]any{"timeout": 0}},
 		harness.Toxic{Name: "hang_up", Type: "timeout", Stream: "upstream", Attributes: map[string]any{"timeout": 0}})
+	// Noticed: a retry, or (when the hang caught a COMMIT) the warning the
+	// sink logs before it asks whether that COMMIT happened.
+	hung := countLines(r.d.stderr.String(), "no answer to COMMIT within apply_timeout")
 	detected := waitFor(40*time.Second, func() bool {
-		return countLines(r.d.stderr.String(), "retrying after transient error") > retries || r.d.exited()
+		logs := r.d.stderr.String()
+		return countLines(logs, "retrying after transient error") > retries || countLines(logs, "no answer to COMMIT within apply_timeout") > hung || r.d.exited()
 	})
 	detect := time.Since(hangAt)
 	// Healing the network: removing the toxics also closes the hung

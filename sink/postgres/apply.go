@@ -453,6 +453,13 @@ func (s *Sink) applyOnce(ctx context.Context, b *tidemark.Batch, p *batchPlan) (
 	if !commitMayHaveHappened(err) {
 		return st, fmt.Errorf("commit: %w", err)
 	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// Said now, not after the resolution below (which may wait as
+		// long again on a hung network): the operator learns of the hang
+		// within apply_timeout.
+		s.log.Warn("no answer to COMMIT within apply_timeout (a hung or half-open connection?): asking PostgreSQL whether it committed",
+			"source", b.Source, "apply_timeout", s.cfg.ApplyTimeout)
+	}
 	// Resolve with a fresh deadline: the attempt's may be what expired.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ApplyTimeout)
 	defer cancel()
