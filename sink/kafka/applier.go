@@ -39,6 +39,15 @@ import (
 // Rebalances are blocked while a batch is in flight (BlockRebalanceOnPoll):
 // a revoked partition's batch is committed before the partition moves on.
 // Records are read with read_committed.
+//
+// Control records (control.go) are applied in order with the rows of their
+// partition, each after the rows before it have committed: a schema record
+// creates or alters the target table, truncate and drop records remove the
+// rows older than the statement (StreamTarget.TruncateBefore, DropBefore),
+// and a snapshot's end record removes the rows its snapshot did not carry
+// (RemoveBefore). For that every batch is applied with Batch.Refresh: a
+// snapshot row takes the snapshot's version even when the target row has
+// the same values.
 
 // ApplierConfig configures an Applier.
 type ApplierConfig struct {
