@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"strings"
 	"time"
 
 	"tidemark"
@@ -104,7 +105,12 @@ func need[T any](t stateTarget, user string) (T, error) {
 		if t.sink == nil {
 			return zero, fmt.Errorf("%s needs a target that keeps the source's state (target.postgres); this config has none", user)
 		}
-		return zero, fmt.Errorf("%s needs target.%s to implement %s, which it does not", user, t.name, reflect.TypeFor[T]())
+		typ := reflect.TypeFor[T]()
+		var methods []string
+		for i := range typ.NumMethod() {
+			methods = append(methods, typ.Method(i).Name)
+		}
+		return zero, fmt.Errorf("%s needs target.%s to implement %s (%s), which it does not", user, t.name, typ, strings.Join(methods, ", "))
 	}
 	return c, nil
 }

@@ -22,7 +22,7 @@ func TestNeedNamesTargetAndCapability(t *testing.T) {
 	if err == nil {
 		t.Fatal("a sink without table states passed as a tidemark.TableRegistry")
 	}
-	for _, want := range []string{"tidemark resync", "target.clickhouse", "tidemark.TableRegistry"} {
+	for _, want := range []string{"tidemark resync", "target.clickhouse", "tidemark.TableRegistry", "SetTableState"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %q", err, want)
 		}
