@@ -14,8 +14,9 @@ import (
 // TRUNCATE with writes before and after each, then a RENAME COLUMN: the
 // appliers create the new column from the schema record before any row
 // that has it, every partition's applier removes the rows older than the
-// TRUNCATE (and only those), and the rename's re-snapshot fills the
-// renamed column of every row. The target then equals the source row by row. Admin commands
+// TRUNCATE (and only those), the rename's re-snapshot fills the renamed
+// column of every row, and the backfill after an ADD COLUMN with a default
+// fills the new column. The target then equals the source row by row. Admin commands
 // beside the tailer neither fence it nor run what needs the source's lock
 // (catchup).
 func TestApplyFollowsSchemaAndTruncate(t *testing.T) {
@@ -60,6 +61,13 @@ func TestApplyFollowsSchemaAndTruncate(t *testing.T) {
 		t.Fatal(err)
 	}
 	converge("after the RENAME COLUMN")
+	// A column with a default: the existing rows get it without a binlog
+	// row, so the tailer re-snapshots the table (backfill) for the
+	// appliers.
+	if err := harness.Exec(f.my, "ALTER TABLE "+r.db+".orders ADD COLUMN flag VARCHAR(8) NOT NULL DEFAULT 'dflt'"); err != nil {
+		t.Fatal(err)
+	}
+	converge("after the ADD COLUMN with a default (backfill)")
 	if truncated := ps.count(1, "truncated target rows older than a source TRUNCATE"); truncated != 4 {
 		t.Errorf("the appliers ran the TRUNCATE %d times, want once per partition (4)", truncated)
 	}

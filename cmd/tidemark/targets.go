@@ -82,9 +82,11 @@ func (c *Config) PostgresSinkConfig() postgres.Config {
 	p := c.Target.Postgres
 	return postgres.Config{DSN: p.DSN, TargetSchema: p.Schema, ControlSchema: p.ControlSchema, DeleteMode: postgres.DeleteMode(p.DeleteMode), MaxConns: p.MaxConns,
 		ApplyTimeout: p.ApplyTimeout,
-		Schema:       postgres.SchemaPolicy{DropColumns: p.DropColumns, DropTable: p.DDL.DropTable, Truncate: p.DDL.Truncate},
-		SkipIndexes:  p.Mirror.Indexes != nil && !*p.Mirror.Indexes,
-		SkipNotNull:  p.Mirror.NotNull != nil && !*p.Mirror.NotNull}
+		// The appliers (an apply section) keep added columns nullable:
+		// SchemaPolicy.KeepNullable.
+		Schema:      postgres.SchemaPolicy{DropColumns: p.DropColumns, DropTable: p.DDL.DropTable, Truncate: p.DDL.Truncate, KeepNullable: c.Apply != nil},
+		SkipIndexes: p.Mirror.Indexes != nil && !*p.Mirror.Indexes,
+		SkipNotNull: p.Mirror.NotNull != nil && !*p.Mirror.NotNull}
 }
 
 // Close closes the target (a no-op without one).

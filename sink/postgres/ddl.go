@@ -63,6 +63,14 @@ type SchemaPolicy struct {
 	// Truncate is "apply" (default: the target table is truncated, in
 	// order with the row changes) or "refuse" (quarantine).
 	Truncate string
+	// KeepNullable leaves the columns of an existing target table
+	// nullable where the source declares NOT NULL (a table the sink
+	// creates still mirrors it). The appliers of the scale-out topology
+	// set it: their partitions apply a new layout at different times (a
+	// lagging one still writes rows without the new column), and the rows
+	// of a backfill follow the layout that needs them, so a NOT NULL
+	// added to a table with rows would stop the applier.
+	KeepNullable bool
 }
 
 func (p SchemaPolicy) withDefaults() SchemaPolicy {
@@ -472,6 +480,9 @@ func (d *tableDef) evolve(t *targetTable, policy SchemaPolicy) (*evolution, erro
 	for i, c := range d.table.Columns {
 		if want, have := d.notNull[i], t.notNull[c.Name] && !added[c.Name]; want != have && !d.keySet[i] {
 			if want {
+				if policy.KeepNullable {
+					continue
+				}
 				alter("ALTER COLUMN %s SET NOT NULL", q(c.Name))
 			} else {
 				alter("ALTER COLUMN %s DROP NOT NULL", q(c.Name))

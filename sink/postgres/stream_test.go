@@ -177,3 +177,43 @@ func TestRemoveBefore(t *testing.T) {
 		t.Fatalf("RemoveBefore without a target table: %d, %v", n, err)
 	}
 }
+
+// TestKeepNullable: a NOT NULL column added to a target table with rows
+// stops the sink (the rows hold NULL there) unless SchemaPolicy.KeepNullable
+// (the appliers) leaves it nullable; a table the sink creates mirrors NOT
+// NULL either way.
+func TestKeepNullable(t *testing.T) {
+	ctx := context.Background()
+	id := tidemark.Column{Name: "id", Kind: tidemark.KindInt, Bits: 64}
+	v1 := evoTable("t", id)
+	v2 := evoTable("t", id, tidemark.Column{Name: "flag", Kind: tidemark.KindText})
+	for _, keep := range []bool{false, true} {
+		e := newEnv(t, func(c *Config) { c.Schema.KeepNullable = keep })
+		e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(v1, v(1, 1), int64(1))}})
+		err := e.sink.EnsureTable(ctx, v2)
+		if keep != (err == nil) {
+			t.Fatalf("KeepNullable %v: EnsureTable with a NOT NULL column added: %v", keep, err)
+		}
+		if !keep {
+			if !errors.Is(err, tidemark.ErrIncompatibleSchema) {
+				t.Fatalf("without KeepNullable: %v, want ErrIncompatibleSchema", err)
+			}
+			continue
+		}
+		if got := e.columnTypes("t"); strings.Join(got, ",") != "id bigint,flag text" {
+			t.Fatalf("columns: %v", got)
+		}
+		var nullable string
+		if err := e.conn.QueryRow(ctx, `SELECT is_nullable FROM information_schema.columns WHERE table_schema = $1 AND table_name = 't' AND column_name = 'flag'`, e.schema).Scan(&nullable); err != nil || nullable != "YES" {
+			t.Fatalf("flag nullable: %q, %v", nullable, err)
+		}
+		e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(v2, v(2, 1), int64(2), "x")}})
+		fresh := evoTable("u", id, tidemark.Column{Name: "flag", Kind: tidemark.KindText})
+		if err := e.sink.EnsureTable(ctx, fresh); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.conn.QueryRow(ctx, `SELECT is_nullable FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'u' AND column_name = 'flag'`, e.schema).Scan(&nullable); err != nil || nullable != "NO" {
+			t.Fatalf("flag of a new table nullable: %q, %v", nullable, err)
+		}
+	}
+}
