@@ -331,39 +331,18 @@ func (r *Reader) table(ctx context.Context, id tidemark.TableID) (*readTable, er
 	for _, col := range tbl.Columns {
 		env := &valueEnv{table: id, column: col.Name, zone: r.t.cfg.zoneFor(id, col.Name), zeroDates: r.t.cfg.ZeroDates, stats: &r.t.stats}
 		sel := tidemark.QuoteMySQL(col.Name)
-		var conv converter
+		conv := env.convFor(col.Kind)
 		switch col.Kind {
-		case tidemark.KindInt:
-			conv = env.convInt
-		case tidemark.KindUint:
-			conv = env.convUint
-		case tidemark.KindDecimal:
-			conv = env.convDecimal
 		case tidemark.KindFloat:
 			// FLOAT's text form has 6 digits; widened to DOUBLE it
 			// prints the exact float32 value.
-			conv = env.convFloat
 			sel = "CAST(" + sel + " AS DOUBLE)"
-		case tidemark.KindDouble:
-			conv = env.convDouble
 		case tidemark.KindBit:
-			conv = env.convBit
 			sel = "CAST(" + sel + " AS UNSIGNED)"
-		case tidemark.KindYear:
-			conv = env.convYear
-		case tidemark.KindDate:
-			conv, sel = env.convDate, castChar(sel)
-		case tidemark.KindTime:
-			conv, sel = env.convTime, castChar(sel)
-		case tidemark.KindDateTime:
-			conv, sel = env.convDateTime, castChar(sel)
-		case tidemark.KindTimestamp:
-			conv, sel = env.convTimestamp, castChar(sel)
-		case tidemark.KindJSON:
-			conv = env.convJSON
-		case tidemark.KindBytes:
-			conv = env.convBytes
-		default: // text, ENUM, SET: the connection is utf8mb4, the server converts latin1
+		case tidemark.KindDate, tidemark.KindTime, tidemark.KindDateTime, tidemark.KindTimestamp:
+			sel = castChar(sel)
+		}
+		if conv == nil { // text, ENUM, SET: the connection is utf8mb4, the server converts latin1
 			conv = env.convText(false)
 		}
 		rt.conv = append(rt.conv, bytesToString(col.Kind, conv))

@@ -172,38 +172,21 @@ func (t *Tailer) buildTable(tm *replication.TableMapEvent, jsonCols map[string]b
 		if !ok {
 			return nil, fmt.Errorf("decode table map of %s: column %s: unsupported MySQL type %d", id, name, typ)
 		}
-		var conv converter
+		conv := env.convFor(col.Kind)
 		switch col.Kind {
-		case tidemark.KindInt:
-			conv = env.convInt
-		case tidemark.KindUint:
-			conv = env.convUint
 		case tidemark.KindDecimal:
-			conv = env.convDecimal
 			col.Precision, col.Scale = int(meta>>8), int(meta&0xff)
-		case tidemark.KindFloat:
-			conv = env.convFloat
-		case tidemark.KindDouble:
-			conv = env.convDouble
 		case tidemark.KindBit:
-			conv = env.convBit
 			col.Bits = int(meta>>8)*8 + int(meta&0xff)
-		case tidemark.KindYear:
-			conv = env.convYear
-		case tidemark.KindDate:
-			conv = env.convDate
 		case tidemark.KindTime:
-			conv = env.convTime
 			if typ == mysql.MYSQL_TYPE_TIME2 {
 				col.Scale = int(meta)
 			}
 		case tidemark.KindDateTime:
-			conv = env.convDateTime
 			if typ == mysql.MYSQL_TYPE_DATETIME2 {
 				col.Scale = int(meta)
 			}
 		case tidemark.KindTimestamp:
-			conv = env.convTimestamp
 			if typ == mysql.MYSQL_TYPE_TIMESTAMP2 {
 				col.Scale = int(meta)
 			}
@@ -211,18 +194,15 @@ func (t *Tailer) buildTable(tm *replication.TableMapEvent, jsonCols map[string]b
 			conv = env.convEnum(enums[i])
 		case tidemark.KindSet:
 			conv = env.convSet(sets[i])
-		case tidemark.KindJSON:
-			conv = env.convJSON
 		case tidemark.KindBytes:
 			if typ == mysql.MYSQL_TYPE_STRING {
 				// BINARY(n): the binlog drops the trailing 0x00 pad
 				// bytes (the server's Field_string::pack), the column
 				// holds them.
 				conv = env.convBinary(stringLength(meta))
-			} else {
-				conv = env.convBytes
 			}
-		default:
+		}
+		if conv == nil { // text
 			conv = env.convText(latin1Collations[coll])
 		}
 		tbl.Columns = append(tbl.Columns, col)

@@ -557,3 +557,39 @@ func decodeCP1252(s string) string {
 	}
 	return b.String()
 }
+
+// convFor returns the converter of a column of kind k that needs nothing
+// but its kind, shared by the tailer (table maps) and the reader (SQL
+// results); nil for ENUM, SET and text, whose converters need the table
+// map's members or the column's collation (each path chooses those).
+func (e *valueEnv) convFor(k tidemark.Kind) converter {
+	switch k {
+	case tidemark.KindInt:
+		return e.convInt
+	case tidemark.KindUint:
+		return e.convUint
+	case tidemark.KindDecimal:
+		return e.convDecimal
+	case tidemark.KindFloat:
+		return e.convFloat
+	case tidemark.KindDouble:
+		return e.convDouble
+	case tidemark.KindBit:
+		return e.convBit
+	case tidemark.KindYear:
+		return e.convYear
+	case tidemark.KindDate:
+		return e.convDate
+	case tidemark.KindTime:
+		return e.convTime
+	case tidemark.KindDateTime:
+		return e.convDateTime
+	case tidemark.KindTimestamp:
+		return e.convTimestamp
+	case tidemark.KindJSON:
+		return e.convJSON
+	case tidemark.KindBytes:
+		return e.convBytes
+	}
+	return nil
+}
