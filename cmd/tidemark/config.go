@@ -387,8 +387,16 @@ func LoadConfig(path string) (*Config, error) {
 func (c *Config) Validate() error {
 	var errs []error
 	if c.Target.Kafka != nil {
-		if err := c.Target.Kafka.Validate(c.Source.Name); err != nil {
+		k := *c.Target.Kafka
+		// The apply topology always publishes control records.
+		k.ControlRecords = k.ControlRecords || c.Apply != nil
+		if err := k.Validate(c.Source.Name); err != nil {
 			errs = append(errs, err)
+		}
+		if c.Apply != nil && !k.ExactlyOnce {
+			// Without a transactional id nothing fences a second
+			// tailer that runs after losing the source's lock.
+			errs = append(errs, errors.New("config: target.kafka.exactly_once: must be true with an apply section (the scale-out topology fences a second tailer with Kafka transactions; without them two live tailers can both publish)"))
 		}
 	}
 	if c.Target.Postgres == nil {
@@ -597,7 +605,7 @@ func (c MetricsConfig) Validate() error {
 //	    create_topics: true                 # default true
 //	    partitions: 6
 //	    replication_factor: 3
-//	    topic_configs: {cleanup.policy: compact}
+//	    topic_configs: {retention.ms: "604800000"} # compact is refused with control records
 //	    source_server_id: 1001              # published in source.server_id
 type KafkaConfig struct {
 	Brokers            []string          `yaml:"brokers"`

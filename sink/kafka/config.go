@@ -231,5 +231,16 @@ func (c Config) validate() error {
 	if c.Retry.Attempts < 0 {
 		return cfgErr("retry.attempts", "must not be negative, got %d", c.Retry.Attempts)
 	}
+	if c.ControlRecords {
+		// Control records have a null key, which a compacted topic
+		// refuses (INVALID_RECORD); and compaction removes the older
+		// changes of a key that an applier still has to replay in
+		// order with the control records.
+		for _, p := range strings.Split(c.TopicConfigs["cleanup.policy"], ",") {
+			if strings.TrimSpace(p) == "compact" {
+				return cfgErr("topic_configs", "cleanup.policy compact cannot carry control records (the apply topology, control_records): they have no key, and compaction removes changes the appliers replay; use cleanup.policy delete with a retention longer than the appliers may lag")
+			}
+		}
+	}
 	return nil
 }
