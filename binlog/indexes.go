@@ -27,6 +27,7 @@ func (t *Tailer) readIndexes(ctx context.Context, id tidemark.TableID) ([]tidema
 	var r *mysql.Result
 	err := tidemark.Retry(ctx, "read indexes of "+id.String(), tidemark.Backoff{Attempts: 5}, isTransient, t.rl, func(ctx context.Context) error {
 		var err error
+		t.stats.SchemaReads.Add(1)
 		r, err = t.query(ctx, indexesSQL, id.Database, id.Name)
 		return err
 	})

@@ -22,8 +22,8 @@ type Tailer struct {
 	stats Stats
 	rl    *tidemark.RateLimitedLogger
 
-	// tables caches decoded table maps by layout.
-	tables map[string]*tableInfo
+	// tables caches decoded table maps by table and layout.
+	tables *layoutCache
 	// jsonCols caches, per table, the columns declared JSON (MariaDB).
 	jsonCols map[tidemark.TableID]map[string]bool
 
@@ -52,7 +52,7 @@ func New(cfg Config) (*Tailer, error) {
 	t := &Tailer{
 		cfg:      cfg,
 		rl:       &tidemark.RateLimitedLogger{Logger: cfg.Logger, Interval: 10 * time.Second},
-		tables:   map[string]*tableInfo{},
+		tables:   newLayoutCache(maxCachedTables),
 		jsonCols: map[tidemark.TableID]map[string]bool{},
 		lin:      &lineage{},
 	}
@@ -133,6 +133,7 @@ func (t *Tailer) jsonColumns(ctx context.Context, id tidemark.TableID) (map[stri
 	var m map[string]bool
 	err := tidemark.Retry(ctx, "read JSON columns of "+id.String(), tidemark.Backoff{Attempts: 5}, isTransient, t.rl, func(ctx context.Context) error {
 		var err error
+		t.stats.SchemaReads.Add(1)
 		m, err = readJSONColumns(ctx, t.query, id)
 		return err
 	})
@@ -143,13 +144,16 @@ func (t *Tailer) jsonColumns(ctx context.Context, id tidemark.TableID) (map[stri
 	return m, nil
 }
 
+// dropLayouts forgets the decoded layouts of a table.
+func (t *Tailer) dropLayouts(id tidemark.TableID) { t.tables.drop(id) }
+
 // tableFor returns the decoded info of a table-map event.
 func (t *Tailer) tableFor(ctx context.Context, tm *replication.TableMapEvent) (*tableInfo, error) {
 	key := tableMapKey(tm)
-	if ti, ok := t.tables[key]; ok {
+	id := tidemark.TableID{Database: string(tm.Schema), Name: string(tm.Table)}
+	if ti, ok := t.tables.get(id, key); ok {
 		return ti, nil
 	}
-	id := tidemark.TableID{Database: string(tm.Schema), Name: string(tm.Table)}
 	var jc map[string]bool
 	if t.cfg.included(id.Database, id.Name) {
 		// A new layout of a table: re-read its JSON columns.
@@ -177,10 +181,7 @@ func (t *Tailer) tableFor(ctx context.Context, tm *replication.TableMapEvent) (*
 		t.cfg.Logger.Error("cannot decode the rows of a table; it will be quarantined", "source", t.cfg.Name, "table", id.String(), "err", err)
 		ti = &tableInfo{skip: true, err: err, id: id}
 	}
-	if len(t.tables) > 4096 {
-		clear(t.tables)
-	}
-	t.tables[key] = ti
+	t.tables.put(id, key, ti)
 	return ti, nil
 }
 
@@ -529,11 +530,7 @@ func (t *Tailer) addDDL(ctx context.Context, tx *txState, db, query string, h *r
 		t.cfg.Logger.Info("schema change", "source", t.cfg.Name, "event", ev.String(), "version", ev.Version.String())
 		// Decoded layouts of the table are read again (with its
 		// indexes) at its next table map.
-		for k, ti := range t.tables {
-			if ti.id == ev.Table {
-				delete(t.tables, k)
-			}
-		}
+		t.dropLayouts(ev.Table)
 		if ev.Op == tidemark.DDLAlterTable {
 			idx, err := t.readIndexes(ctx, ev.Table)
 			if err != nil {

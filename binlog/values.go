@@ -25,6 +25,9 @@ type Stats struct {
 	Transactions atomic.Uint64
 	// Reconnects counts reconnects after transient errors.
 	Reconnects atomic.Uint64
+	// SchemaReads counts the information_schema reads made for table
+	// maps (a table's indexes, its JSON columns).
+	SchemaReads atomic.Uint64
 }
 
 type valueEnv struct {
