@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
-# Local MariaDB (source), PostgreSQL (target) and Apache Kafka (KRaft) for tidemark's demo and tests.
+# Local MariaDB and a real MySQL 9.7 (sources), PostgreSQL (target) and Apache Kafka (KRaft) for
+# tidemark's demo and tests.
 #
-#   scripts/services.sh up       start all three (initialising data dirs on first run); idempotent
-#   scripts/services.sh down     stop all three, keep data
+#   scripts/services.sh up       start all four (initialising data dirs on first run); idempotent
+#   scripts/services.sh down     stop all four, keep data
 #   scripts/services.sh reset    down + delete all data
 #   scripts/services.sh status   show what is running
 #   scripts/services.sh env      print shell exports: eval "$(scripts/services.sh env)"
 #   scripts/services.sh mysql [args]   mariadb client as the tidemark user
+#   scripts/services.sh mysql9 [args]  MySQL 9.7's mysql client (in its root) as the tidemark user
 #   scripts/services.sh psql  [args]   psql as the tidemark user on the tidemark database
 #
 # Data, logs, pid files and sockets live under <repo>/.data/. Servers listen on 127.0.0.1 only.
-# Ports: TIDEMARK_MYSQL_PORT (default 33061), TIDEMARK_PG_PORT (default 54329),
-# TIDEMARK_KAFKA_PORT (default 19092) and TIDEMARK_KAFKA_CONTROLLER_PORT (default 19093). The ports
-# used by the last `up` are remembered in .data/ports.env, so later commands need no override.
+# Ports: TIDEMARK_MYSQL_PORT (default 33061), TIDEMARK_MYSQL9_PORT (default 33071),
+# TIDEMARK_PG_PORT (default 54329), TIDEMARK_KAFKA_PORT (default 19092) and
+# TIDEMARK_KAFKA_CONTROLLER_PORT (default 19093). The ports used by the last `up` are remembered in
+# .data/ports.env, so later commands need no override.
 # Kafka: Apache Kafka 4.x jars from Maven Central (scripts/kafka/pom.xml, resolved with mvn into
 # .data/kafka/lib, cached in ~/.m2), one node in KRaft combined mode on OpenJDK 17.
+# MySQL 9.7: Debian's unstable suite's mysql-server-core (it needs a newer libc than Debian 12's),
+# run from a Debian-unstable root made once with debootstrap and shared by every checkout on the
+# machine (TIDEMARK_MYSQL9_ROOT, default /var/cache/tidemark/mysql-sid-root; needs root). Its
+# datadir is .data/mysql9, bind-mounted into the root inside mysqld's own mount namespace.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
@@ -48,6 +55,16 @@ APP_PASSWORD=tidemark-local
 APP_DB=tidemark
 SERVER_ID=1001
 
+# MySQL 9.7 (real server) from a Debian-unstable root shared by every checkout on this machine
+M9_CACHE=/var/cache/tidemark
+M9_ROOT="${TIDEMARK_MYSQL9_ROOT:-$M9_CACHE/mysql-sid-root}"
+M9_HOME="$DATA/mysql9"       # bind-mounted at $M9_MNT inside the root (mysqld's mount namespace)
+M9_MNT=/srv/tidemark
+M9_LOG="$M9_HOME/mysqld.err"
+M9_PID="$M9_HOME/run/mysqld.pid"
+M9_INIT_MARK="$DATA/mysql9.initialized"
+M9_SERVER_ID=9001
+
 # Unix socket paths are limited to ~107 bytes; deep checkouts fall back to a short dir in /tmp.
 RUN_DIR="$DATA/run"
 if (( ${#RUN_DIR} + 24 > 100 )); then
@@ -73,21 +90,26 @@ as_user() {
 # ports
 
 load_ports() {
-	local rec_my="" rec_pg="" rec_k="" rec_kc=""
+	local rec_my="" rec_m9="" rec_pg="" rec_k="" rec_kc=""
 	if [[ -f $PORTS_FILE ]]; then
 		rec_my=$(sed -n 's/^MYSQL_PORT=//p' "$PORTS_FILE")
+		rec_m9=$(sed -n 's/^MYSQL9_PORT=//p' "$PORTS_FILE")
 		rec_pg=$(sed -n 's/^PG_PORT=//p' "$PORTS_FILE")
 		rec_k=$(sed -n 's/^KAFKA_PORT=//p' "$PORTS_FILE")
 		rec_kc=$(sed -n 's/^KAFKA_CONTROLLER_PORT=//p' "$PORTS_FILE")
 	fi
 	MY_PORT=${TIDEMARK_MYSQL_PORT:-${rec_my:-33061}}
+	M9_PORT=${TIDEMARK_MYSQL9_PORT:-${rec_m9:-33071}}
 	PG_PORT=${TIDEMARK_PG_PORT:-${rec_pg:-54329}}
 	KAFKA_PORT=${TIDEMARK_KAFKA_PORT:-${rec_k:-19092}}
 	KAFKA_CTL_PORT=${TIDEMARK_KAFKA_CONTROLLER_PORT:-${rec_kc:-19093}}
 	REC_MY_PORT=$rec_my
+	REC_M9_PORT=$rec_m9
 	REC_PG_PORT=$rec_pg
 	REC_KAFKA_PORT=$rec_k
 	[[ $MY_PORT =~ ^[0-9]+$ ]] || die "bad TIDEMARK_MYSQL_PORT: $MY_PORT"
+	[[ $M9_PORT =~ ^[0-9]+$ ]] || die "bad TIDEMARK_MYSQL9_PORT: $M9_PORT"
+	[[ $M9_PORT != "$MY_PORT" ]] || die "TIDEMARK_MYSQL9_PORT and TIDEMARK_MYSQL_PORT must differ ($M9_PORT)"
 	[[ $PG_PORT =~ ^[0-9]+$ ]] || die "bad TIDEMARK_PG_PORT: $PG_PORT"
 	[[ $KAFKA_PORT =~ ^[0-9]+$ ]] || die "bad TIDEMARK_KAFKA_PORT: $KAFKA_PORT"
 	[[ $KAFKA_CTL_PORT =~ ^[0-9]+$ ]] || die "bad TIDEMARK_KAFKA_CONTROLLER_PORT: $KAFKA_CTL_PORT"
@@ -96,8 +118,8 @@ load_ports() {
 
 save_ports() {
 	mkdir -p "$DATA"
-	printf 'MYSQL_PORT=%s\nPG_PORT=%s\nKAFKA_PORT=%s\nKAFKA_CONTROLLER_PORT=%s\n' \
-		"$MY_PORT" "$PG_PORT" "$KAFKA_PORT" "$KAFKA_CTL_PORT" >"$PORTS_FILE"
+	printf 'MYSQL_PORT=%s\nMYSQL9_PORT=%s\nPG_PORT=%s\nKAFKA_PORT=%s\nKAFKA_CONTROLLER_PORT=%s\n' \
+		"$MY_PORT" "$M9_PORT" "$PG_PORT" "$KAFKA_PORT" "$KAFKA_CTL_PORT" >"$PORTS_FILE"
 }
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -135,6 +157,8 @@ ensure_packages() {
 	# the status page's browser test (headless) and the alert rules' check
 	command -v chromium >/dev/null || pkgs+=(chromium)
 	command -v promtool >/dev/null || pkgs+=(prometheus)
+	# the real MySQL 9.7's root file system (made once per machine)
+	[[ -x $M9_ROOT/usr/sbin/mysqld ]] || command -v debootstrap >/dev/null || pkgs+=(debootstrap)
 	((${#pkgs[@]})) || return 0
 	is_root || die "missing packages (${pkgs[*]}); install them or run as root"
 	log "installing ${pkgs[*]} with apt-get"
@@ -290,6 +314,226 @@ my_stop() {
 		log "stopping unresponsive MariaDB (pid $(cat "$MY_PID"))"
 		kill -TERM "$(cat "$MY_PID")" || true
 	fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# MySQL 9.7 (a real server from Debian's unstable suite, run from a Debian-unstable root)
+
+# The Debian mirror this machine's apt already uses (the first deb entry of a Debian suite with
+# the main component in /etc/apt/sources.list or /etc/apt/sources.list.d/*.{list,sources});
+# TIDEMARK_DEBIAN_MIRROR overrides it.
+debian_mirror() {
+	if [[ -n ${TIDEMARK_DEBIAN_MIRROR:-} ]]; then
+		printf '%s\n' "$TIDEMARK_DEBIAN_MIRROR"
+		return 0
+	fi
+	local files=() f
+	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+		[[ -f $f ]] && files+=("$f")
+	done
+	((${#files[@]})) || return 1
+	awk '
+		function debian_suite(s) {
+			return s ~ /^(buster|bullseye|bookworm|trixie|forky|duke|sid|unstable|testing|stable|oldstable)(-updates|-backports)?$/
+		}
+		function consider(types, uris, suites, comps,   u, s, n, i) {
+			if ((" " types " ") !~ / deb / || (" " comps " ") !~ / main /) return
+			n = split(suites, s, /[ \t]+/)
+			for (i = 1; i <= n; i++) if (debian_suite(s[i])) { split(uris, u, /[ \t]+/); print u[1]; found = 1; exit }
+		}
+		FNR == 1 { if (prev ~ /\.sources$/) consider(types, uris, suites, comps); types = uris = suites = comps = ""; prev = FILENAME }
+		FILENAME ~ /\.sources$/ {
+			if ($0 ~ /^[ \t]*$/) { consider(types, uris, suites, comps); types = uris = suites = comps = ""; next }
+			if ($0 ~ /^[ \t]*#/) next
+			line = $0; key = tolower(line); sub(/:.*/, "", key); sub(/^[^:]*:[ \t]*/, "", line)
+			if (key == "types") types = line; else if (key == "uris") uris = line
+			else if (key == "suites") suites = line; else if (key == "components") comps = line
+			next
+		}
+		/^[ \t]*deb[ \t]/ {
+			line = $0; sub(/\[[^]]*\]/, "", line); n = split(line, w, /[ \t]+/)
+			i = (w[1] == "") ? 2 : 1
+			c = ""; for (j = i + 3; j <= n; j++) c = c " " w[j]
+			consider("deb", w[i + 1], w[i + 2], c)
+		}
+		END { if (!found && prev ~ /\.sources$/) consider(types, uris, suites, comps) }
+	' "${files[@]}"
+}
+
+# The Debian-unstable root with mysql-server-core: made once per machine (about 3 minutes and
+# 650 MB), outside any checkout; flock keeps two checkouts from building it at the same time, and
+# it is built in a temporary directory renamed into place only when complete.
+m9_ensure_root() {
+	[[ -x $M9_ROOT/usr/sbin/mysqld && -d $M9_ROOT$M9_MNT ]] && return 0
+	is_root || die "the real MySQL 9.7 runs from a Debian-unstable root made with debootstrap and chroot: run as root (missing $M9_ROOT)"
+	command -v debootstrap >/dev/null || die "debootstrap not found (apt-get install debootstrap)"
+	mkdir -p "$(dirname "$M9_ROOT")" "$LOG_DIR"
+	local lock="$M9_ROOT.lock"
+	exec 9>"$lock"
+	if ! flock -n 9; then
+		log "waiting for another checkout building $M9_ROOT (lock $lock)"
+		flock 9
+	fi
+	if [[ -x $M9_ROOT/usr/sbin/mysqld && -d $M9_ROOT$M9_MNT ]]; then
+		exec 9>&-
+		return 0
+	fi
+	local mirror
+	mirror=$(debian_mirror) || true
+	[[ -n $mirror ]] || die "no Debian mirror found in /etc/apt/sources.list(.d) (set TIDEMARK_DEBIAN_MIRROR)"
+	local tmp dlog="$LOG_DIR/mysql9-debootstrap.log"
+	rm -rf "$M9_ROOT".tmp.*
+	tmp=$(mktemp -d "$M9_ROOT.tmp.XXXXXX")
+	log "creating the Debian-unstable root for MySQL 9.7 in $M9_ROOT (once per machine; ~3 min, ~650 MB) from $mirror"
+	if ! debootstrap --variant=minbase --include=mysql-server-core,mysql-client-core,tzdata \
+		sid "$tmp" "$mirror" >"$dlog" 2>&1; then
+		rm -rf "$tmp"
+		exec 9>&-
+		if grep -q "Couldn't find these debs" "$dlog"; then
+			die "Debian's unstable suite at $mirror no longer offers mysql-server-core / mysql-client-core ($(grep "Couldn't find these debs" "$dlog" | head -n1)): the real MySQL 9.7 the MySQL tests need cannot be installed; see docs/MYSQL.md (log: $dlog)"
+		fi
+		tail -n 30 "$dlog" >&2
+		die "debootstrap of Debian unstable failed (log: $dlog)"
+	fi
+	[[ -x $tmp/usr/sbin/mysqld ]] || { rm -rf "$tmp"; exec 9>&-; die "debootstrap finished but $tmp has no /usr/sbin/mysqld (log: $dlog)"; }
+	mkdir -p "$tmp$M9_MNT"
+	rm -rf "$tmp"/var/cache/apt/archives/*.deb
+	mv -T "$tmp" "$M9_ROOT"
+	exec 9>&-
+	log "MySQL root ready: $(m9_version)"
+}
+
+m9_pid() { cat "$M9_PID" 2>/dev/null; }
+
+# A command inside the running mysqld's mount namespace and root (it sees .data/mysql9 at $M9_MNT).
+m9_exec() {
+	local pid
+	pid=$(m9_pid) || return 1
+	[[ -n $pid ]] || return 1
+	nsenter --target "$pid" --mount --root --wd "$@"
+}
+m9_root_sql() { m9_exec /usr/bin/mysql --no-defaults --socket="$M9_MNT/run/mysqld.sock" --user=root "$@"; }
+
+m9_running() {
+	local pid
+	pid=$(m9_pid) || return 1
+	[[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 1
+	m9_root_sql --connect-timeout=2 -e 'SELECT 1' >/dev/null 2>&1
+}
+
+m9_version() { chroot "$M9_ROOT" /usr/sbin/mysqld --version 2>/dev/null | sed -n 's/.*Ver \([^ ]*\).*/\1/p'; }
+
+m9_write_cnf() {
+	cat >"$M9_HOME/my.cnf" <<EOT
+# generated by scripts/services.sh; rewritten on every 'up' (paths are inside the MySQL root)
+[mysqld]
+user = root
+datadir = $M9_MNT/data
+socket = $M9_MNT/run/mysqld.sock
+pid-file = $M9_MNT/run/mysqld.pid
+log-error = $M9_MNT/mysqld.err
+tmpdir = /tmp
+bind-address = 127.0.0.1
+port = $M9_PORT
+mysqlx = OFF
+skip-name-resolve
+secure-file-priv =
+# binlog: what tidemark needs from a source
+server-id = $M9_SERVER_ID
+log-bin = binlog
+binlog-row-image = FULL
+binlog-row-metadata = FULL
+gtid-mode = ON
+enforce-gtid-consistency = ON
+# test-friendly durability and limits
+sync-binlog = 0
+innodb-flush-log-at-trx-commit = 2
+innodb-buffer-pool-size = 128M
+max-allowed-packet = 64M
+max-connections = 300
+character-set-server = utf8mb4
+EOT
+}
+
+# mysqld runs in its own mount namespace (unshare) where .data/mysql9 is bind-mounted at $M9_MNT
+# inside the root: nothing stays mounted on the host, whatever way mysqld ends.
+M9_MYSQLD=(unshare --mount --propagation private
+	sh -c 'mount --bind "$1" "$0$2" && shift 2 && exec chroot "$0" "$@"' "$M9_ROOT" "$M9_HOME" "$M9_MNT"
+	/usr/sbin/mysqld --defaults-file="$M9_MNT/my.cnf")
+
+m9_start() {
+	if m9_running; then
+		if [[ -n $REC_M9_PORT && $REC_M9_PORT != "$M9_PORT" ]]; then
+			die "MySQL 9.7 is running on port $REC_M9_PORT, not $M9_PORT; run '$0 down' first"
+		fi
+		log "MySQL $(m9_version) already running (pid $(m9_pid), port $M9_PORT)"
+		return 0
+	fi
+	if port_in_use "$M9_PORT"; then
+		die "port $M9_PORT is already in use (another checkout's services?); set TIDEMARK_MYSQL9_PORT to a free port"
+	fi
+	m9_ensure_root
+	mkdir -p "$M9_HOME/run" "$LOG_DIR"
+	m9_write_cnf
+	local fresh=0
+	if [[ ! -d $M9_HOME/data/mysql ]]; then
+		log "initialising MySQL $(m9_version) data dir $M9_HOME/data"
+		rm -rf "$M9_HOME/data" "$M9_INIT_MARK"
+		: >"$M9_LOG"
+		"${M9_MYSQLD[@]}" --initialize-insecure >"$LOG_DIR/mysql9-init.log" 2>&1 ||
+			{ tail -n 30 "$M9_LOG" "$LOG_DIR/mysql9-init.log" >&2; die "mysqld --initialize-insecure failed (log: $M9_LOG)"; }
+		fresh=1
+	fi
+	log "starting MySQL $(m9_version) on 127.0.0.1:$M9_PORT"
+	rm -f "$M9_PID"
+	setsid nohup "${M9_MYSQLD[@]}" </dev/null >>"$LOG_DIR/mysql9.out" 2>&1 &
+	local pid=$! i
+	for ((i = 0; i < 240; i++)); do
+		if m9_running; then break; fi
+		if ! kill -0 "$pid" 2>/dev/null && ! { [[ -f $M9_PID ]] && kill -0 "$(m9_pid)" 2>/dev/null; }; then
+			tail -n 40 "$M9_LOG" >&2
+			die "mysqld exited during startup (log: $M9_LOG)"
+		fi
+		sleep 0.5
+	done
+	m9_running || { tail -n 40 "$M9_LOG" >&2; die "MySQL did not accept connections within 120 s (log: $M9_LOG)"; }
+	if ((fresh)) || [[ ! -f $M9_INIT_MARK ]]; then
+		m9_init_contents
+	fi
+}
+
+# One-time setup, not binlogged; the binlog and GTID history are reset afterwards so the first
+# transaction anyone runs is <server_uuid>:1.
+m9_init_contents() {
+	log "loading MySQL time-zone tables (not binlogged)"
+	{
+		echo "SET SESSION sql_log_bin=0;"
+		chroot "$M9_ROOT" /usr/bin/mysql_tzinfo_to_sql /usr/share/zoneinfo 2>/dev/null
+	} | m9_root_sql mysql || die "loading MySQL time-zone tables failed"
+	log "creating MySQL user $APP_USER (caching_sha2_password, not binlogged)"
+	m9_root_sql <<EOT || die "creating the MySQL user failed"
+SET SESSION sql_log_bin=0;
+CREATE USER IF NOT EXISTS '$APP_USER'@'127.0.0.1' IDENTIFIED BY '$APP_PASSWORD';
+CREATE USER IF NOT EXISTS '$APP_USER'@'localhost' IDENTIFIED BY '$APP_PASSWORD';
+GRANT ALL PRIVILEGES ON *.* TO '$APP_USER'@'127.0.0.1' WITH GRANT OPTION;
+GRANT ALL PRIVILEGES ON *.* TO '$APP_USER'@'localhost' WITH GRANT OPTION;
+RESET BINARY LOGS AND GTIDS;
+EOT
+	touch "$M9_INIT_MARK"
+}
+
+m9_stop() {
+	local pid
+	pid=$(m9_pid) || return 0
+	[[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 0
+	log "stopping MySQL"
+	kill -TERM "$pid" 2>/dev/null || true
+	local i
+	for ((i = 0; i < 120; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.5
+	done
+	if kill -0 "$pid" 2>/dev/null; then die "MySQL (pid $pid) did not stop"; fi
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -548,6 +792,10 @@ export TIDEMARK_TEST_MYSQL_ADDR=127.0.0.1:$MY_PORT
 export TIDEMARK_TEST_MYSQL_USER=$APP_USER
 export TIDEMARK_TEST_MYSQL_PASSWORD=$APP_PASSWORD
 export TIDEMARK_TEST_MYSQL_SOCKET=$MY_SOCK
+export TIDEMARK_TEST_MYSQL9_ADDR=127.0.0.1:$M9_PORT
+export TIDEMARK_TEST_MYSQL9_USER=$APP_USER
+export TIDEMARK_TEST_MYSQL9_PASSWORD=$APP_PASSWORD
+export TIDEMARK_TEST_MYSQL9_ROOT=$M9_ROOT
 export TIDEMARK_TEST_PG_DSN='$(pg_dsn)'
 export TIDEMARK_TEST_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
 EOF
@@ -559,6 +807,10 @@ MariaDB $(mariadbd --version 2>/dev/null | sed -n 's/.*Ver \([^ ]*\).*/\1/p') (s
   address   127.0.0.1:$MY_PORT   socket $MY_SOCK
   user      $APP_USER / $APP_PASSWORD   (binlog ROW/FULL, GTID strict, server_id $SERVER_ID)
   client    $0 mysql
+MySQL $(m9_version) (source; Debian unstable's mysql-server-core, root $M9_ROOT)
+  address   127.0.0.1:$M9_PORT
+  user      $APP_USER / $APP_PASSWORD   (caching_sha2_password; binlog ROW/FULL, gtid_mode ON, server_id $M9_SERVER_ID)
+  client    $0 mysql9
 PostgreSQL $("$PG_BIN/postgres" --version 2>/dev/null | awk '{print $3}') (target)
   DSN       $(pg_dsn)
   client    $0 psql
@@ -575,6 +827,9 @@ cmd_up() {
 	if ! my_running && port_in_use "$MY_PORT"; then
 		die "port $MY_PORT is already in use (another checkout's services?); set TIDEMARK_MYSQL_PORT to a free port"
 	fi
+	if ! m9_running && port_in_use "$M9_PORT"; then
+		die "port $M9_PORT is already in use (another checkout's services?); set TIDEMARK_MYSQL9_PORT to a free port"
+	fi
 	if ! pg_running && port_in_use "$PG_PORT"; then
 		die "port $PG_PORT is already in use (another checkout's services?); set TIDEMARK_PG_PORT to a free port"
 	fi
@@ -588,6 +843,8 @@ cmd_up() {
 	fi
 	my_start
 	save_ports
+	m9_start
+	save_ports
 	pg_start
 	save_ports
 	kafka_start
@@ -598,6 +855,7 @@ cmd_up() {
 cmd_down() {
 	kafka_stop
 	my_stop
+	m9_stop
 	pg_stop
 }
 
@@ -617,6 +875,13 @@ cmd_status() {
 	else
 		echo "MariaDB:    not initialised"; rc=1
 	fi
+	if m9_running; then
+		echo "MySQL 9.7:  running  pid $(m9_pid)  127.0.0.1:$M9_PORT  (root $M9_ROOT)"
+	elif [[ -d $M9_HOME/data/mysql ]]; then
+		echo "MySQL 9.7:  stopped  (data in $M9_HOME/data)"; rc=1
+	else
+		echo "MySQL 9.7:  not initialised"; rc=1
+	fi
 	if pg_running; then
 		echo "PostgreSQL: running  pid $(head -n1 "$PG_DATA/postmaster.pid")  127.0.0.1:$PG_PORT  socket dir $PG_RUN"
 	elif [[ -f $PG_DATA/PG_VERSION ]]; then
@@ -635,7 +900,7 @@ cmd_status() {
 }
 
 usage() {
-	sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 
@@ -650,6 +915,9 @@ case $cmd in
 	env) print_env ;;
 	mysql | mariadb)
 		exec mariadb --no-defaults --protocol=TCP --host=127.0.0.1 --port="$MY_PORT" \
+			--user="$APP_USER" --password="$APP_PASSWORD" "$@" ;;
+	mysql9)
+		exec chroot "$M9_ROOT" /usr/bin/mysql --no-defaults --protocol=TCP --host=127.0.0.1 --port="$M9_PORT" \
 			--user="$APP_USER" --password="$APP_PASSWORD" "$@" ;;
 	psql) exec "$PG_BIN/psql" -X "$(pg_dsn)" "$@" ;;
 	*) usage ;;
