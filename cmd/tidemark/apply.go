@@ -49,6 +49,10 @@ func (c *Config) applierConfig(log *slog.Logger) kafka.ApplierConfig {
 		Exclude:    "^" + regexp.QuoteMeta(cpTopic) + "$",
 		MaxRecords: c.Apply.MaxRecords,
 		Logger:     log,
+		// Control records are checked against the tailer's topics.
+		Source:        c.Source.Name,
+		TopicPrefix:   sc.TopicPrefix,
+		TopicTemplate: sc.TopicTemplate,
 	}
 	if ac.Group == "" {
 		ac.Group = "tidemark-apply-" + c.Source.Name
@@ -134,14 +138,21 @@ func logApplierStatus(ctx context.Context, a *kafka.Applier, applied *atomic.Int
 			return nil
 		case now := <-t.C:
 			n := applied.Load()
-			var parts []string
+			var parts, stopped []string
 			var lag int64
 			for _, p := range a.Status() {
 				parts = append(parts, fmt.Sprintf("%s/%d", p.Topic, p.Partition))
 				lag += max(p.Lag(), 0)
+				if p.Stopped != "" {
+					stopped = append(stopped, fmt.Sprintf("%s/%d@%d", p.Topic, p.Partition, p.Next))
+				}
 			}
-			log.Info("apply status", "assigned", strings.Join(parts, ","), "lag_records", lag,
-				"changes_per_s", int64(float64(n-last)/now.Sub(lastAt).Seconds()), "changes", n)
+			args := []any{"assigned", strings.Join(parts, ","), "lag_records", lag,
+				"changes_per_s", int64(float64(n-last)/now.Sub(lastAt).Seconds()), "changes", n}
+			if len(stopped) > 0 {
+				args = append(args, "stopped", strings.Join(stopped, ","))
+			}
+			log.Info("apply status", args...)
 			last, lastAt = n, now
 		}
 	}

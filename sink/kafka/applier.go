@@ -64,6 +64,15 @@ type ApplierConfig struct {
 	// Exclude is a regular expression of topics not to consume although
 	// Topics matches them (the checkpoint topic). Optional.
 	Exclude string
+	// Source is the name of the source whose topics the group applies: a
+	// control record of another source is refused. Empty: not checked
+	// (tidemark apply always sets it).
+	Source string
+	// TopicPrefix and TopicTemplate are the tailer's (Config): a control
+	// record acts only on the table whose topic it was read from, so the
+	// applier names the topic of the table a record names and refuses the
+	// record when it is not the record's topic. Defaults as in Config.
+	TopicPrefix, TopicTemplate string
 	// MaxRecords bounds one batch (default 5000).
 	MaxRecords int
 	// MetadataMaxAge is how often topic metadata is refreshed, which is
@@ -100,6 +109,8 @@ type PartitionStatus struct {
 	// Table is the table whose schema was last announced on the
 	// partition ("" before any).
 	Table string
+	// Stopped is why the partition stopped at Next ("" while it runs).
+	Stopped string
 }
 
 // Lag is HighWatermark − Next, or -1 when unknown.
@@ -116,6 +127,8 @@ type Applier struct {
 	target tidemark.StreamTarget
 	cl     *kgo.Client
 	log    *slog.Logger
+
+	topics Config // TopicPrefix and TopicTemplate: topicName
 
 	mu      sync.Mutex
 	parts   map[topicPartition]*partState
@@ -134,6 +147,10 @@ type partState struct {
 	records int64
 	schema  *announcedSchema
 	json    string // the schema record's value, stored with the offset
+	// stopped is why the partition stopped (nil: it runs): the record at
+	// next cannot be applied safely. The partition is paused until it is
+	// revoked; every other partition goes on.
+	stopped error
 }
 
 // NewApplier validates cfg and creates the group member; it joins the
@@ -167,8 +184,12 @@ func NewApplier(cfg ApplierConfig, target tidemark.StreamTarget) (*Applier, erro
 	if _, err := regexp.Compile(cfg.Exclude); err != nil {
 		return nil, cfgErr("exclude", "%v", err)
 	}
+	topics := Config{TopicPrefix: cfg.TopicPrefix, TopicTemplate: cfg.TopicTemplate}.withDefaults()
+	if err := checkTemplate(topics.TopicTemplate); err != nil {
+		return nil, cfgErr("topic_template", "%v", err)
+	}
 	a := &Applier{cfg: cfg, target: target, log: cfg.Logger.With("component", "apply", "group", cfg.Group),
-		parts: map[topicPartition]*partState{}, schemas: map[string]*announcedSchema{}}
+		topics: topics, parts: map[topicPartition]*partState{}, schemas: map[string]*announcedSchema{}}
 	klog := kgoLogger{l: a.log.With("lib", "franz-go")}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
@@ -204,13 +225,24 @@ func (a *Applier) onAssigned(_ context.Context, _ *kgo.Client, assigned map[stri
 	a.log.Info("partitions assigned", "partitions", fmt.Sprint(sortedParts(assigned)))
 }
 
-func (a *Applier) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+func (a *Applier) onRevoked(_ context.Context, cl *kgo.Client, revoked map[string][]int32) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	resume := map[string][]int32{}
 	for topic, ps := range revoked {
 		for _, p := range ps {
-			delete(a.parts, topicPartition{topic, p})
+			tp := topicPartition{topic, p}
+			if st := a.parts[tp]; st != nil && st.stopped != nil {
+				// Paused partitions stay paused across rebalances:
+				// when it comes back it starts again at its stored
+				// offset (and stops again if nothing changed).
+				resume[topic] = append(resume[topic], p)
+			}
+			delete(a.parts, tp)
 		}
+	}
+	if len(resume) > 0 {
+		cl.ResumeFetchPartitions(resume)
 	}
 	a.log.Info("partitions revoked", "partitions", fmt.Sprint(sortedParts(revoked)))
 }
@@ -407,10 +439,21 @@ func (a *Applier) apply(ctx context.Context, recs []*kgo.Record) error {
 		if st == nil {
 			return fmt.Errorf("apply %s partition %d offset %d: the partition is not assigned to this member", r.Topic, r.Partition, r.Offset)
 		}
+		if st.stopped != nil {
+			continue // fetched before the partition was paused
+		}
 		where := recordPlace{r} // formatted only in an error
 		if ctl, ok := recordHeader(r, controlHeader); ok {
 			if kind := string(ctl); kind != string(controlSchema) {
-				if err := a.tableControl(ctx, kind, r, st, flush); err != nil {
+				err := a.tableControl(ctx, kind, r, st, flush)
+				var refused *refusedRecord
+				if errors.As(err, &refused) {
+					if err := a.stop(tp, st, r.Offset, fmt.Errorf("apply %s: %w", where, err), flush); err != nil {
+						return err
+					}
+					continue
+				}
+				if err != nil {
 					return fmt.Errorf("apply %s: %w", where, err)
 				}
 				st.next = r.Offset + 1
@@ -420,6 +463,12 @@ func (a *Applier) apply(ctx context.Context, recs []*kgo.Record) error {
 			as, err := a.schema(r.Value)
 			if err != nil {
 				return fmt.Errorf("apply %s: %w", where, err)
+			}
+			if err := a.checkScope(r, st, string(controlSchema), as.source, as.table.ID); err != nil {
+				if err := a.stop(tp, st, r.Offset, fmt.Errorf("apply %s: %w", where, err), flush); err != nil {
+					return err
+				}
+				continue
 			}
 			if st.schema != as {
 				// Rows before the schema change first, then the
@@ -482,6 +531,9 @@ func (a *Applier) tableControl(ctx context.Context, kind string, r *kgo.Record, 
 		return err
 	}
 	id := tidemark.TableID{Database: tc.Database, Name: tc.Table}
+	if err := a.checkScope(r, st, kind, tc.Source, id); err != nil {
+		return err
+	}
 	v := tidemark.Version{Seq: tc.Seq, Index: tc.Index}
 	if kind == string(controlSnapshotBegin) {
 		a.log.Info("snapshot of a table begins on the partition", "table", id.String(), "topic", r.Topic, "partition", r.Partition, "reason", tc.Reason)
@@ -516,6 +568,59 @@ func (a *Applier) tableControl(ctx context.Context, kind string, r *kgo.Record, 
 	return nil
 }
 
+// refusedRecord is a record the applier must not act on (checkScope): its
+// partition stops, the others go on.
+type refusedRecord struct{ msg string }
+
+func (e *refusedRecord) Error() string { return e.msg }
+
+func refuse(format string, args ...any) error {
+	return &refusedRecord{msg: fmt.Sprintf(format, args...)}
+}
+
+// checkScope refuses a control record (of kind, naming source and table
+// id) that does not belong to the topic it was read from: its envelope
+// version must be this tidemark's, its source the group's, the topic of
+// its table the record's topic, and its table the one announced on the
+// partition. A record that names another table (produced by anyone who can
+// write to the brokers) would otherwise truncate, drop or resnapshot that
+// table. Callers hold a.mu.
+func (a *Applier) checkScope(r *kgo.Record, st *partState, kind, source string, id tidemark.TableID) error {
+	if v, _ := recordHeader(r, "schema_version"); string(v) != EnvelopeVersion {
+		return refuse("refusing a %s control record: envelope version %q, this tidemark reads %q", kind, v, EnvelopeVersion)
+	}
+	if a.cfg.Source != "" && source != a.cfg.Source {
+		return refuse("refusing a %s control record of source %q: the group applies source %q", kind, source, a.cfg.Source)
+	}
+	want, err := a.topics.topicName(source, id)
+	if err != nil || want != r.Topic {
+		if err != nil {
+			want = err.Error()
+		}
+		return refuse("refusing a %s control record of table %s: a control record acts only on its topic's table, and the topic of %s is %s (topic_template %q), not %s",
+			kind, id, id, want, a.topics.TopicTemplate, r.Topic)
+	}
+	if st.schema != nil && kind != string(controlSchema) && st.schema.table.ID != id {
+		return refuse("refusing a %s control record of table %s: the partition carries table %s", kind, id, st.schema.table.ID)
+	}
+	return nil
+}
+
+// stop stops partition tp at its record at offset (nothing of it or after
+// it is applied; the stored offset stays before it): the batch so far is
+// applied first, the partition is paused and err is logged once. The
+// member goes on with its other partitions. Callers hold a.mu.
+func (a *Applier) stop(tp topicPartition, st *partState, offset int64, err error, flush func() error) error {
+	if ferr := flush(); ferr != nil {
+		return ferr
+	}
+	st.stopped = err
+	a.cl.PauseFetchPartitions(map[string][]int32{tp.topic: {tp.partition}})
+	a.log.Error("partition stopped: nothing of it is applied from this offset on; the member goes on with its other partitions",
+		"topic", tp.topic, "partition", tp.partition, "offset", offset, "err", err)
+	return nil
+}
+
 func recordHeader(r *kgo.Record, key string) ([]byte, bool) {
 	for _, h := range r.Headers {
 		if h.Key == key {
@@ -537,6 +642,9 @@ func (a *Applier) Status() []PartitionStatus {
 		}
 		if st.schema != nil {
 			ps.Table = st.schema.table.ID.String()
+		}
+		if st.stopped != nil {
+			ps.Stopped = st.stopped.Error()
 		}
 		out = append(out, ps)
 	}

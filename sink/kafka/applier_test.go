@@ -213,6 +213,7 @@ func runApplier(t *testing.T, s *Sink, target tidemark.StreamTarget) {
 	t.Helper()
 	a, err := NewApplier(ApplierConfig{
 		Brokers: s.cfg.Brokers, Group: randName("grp"), MaxRecords: 7, Logger: s.cfg.Logger,
+		TopicPrefix: s.cfg.TopicPrefix, TopicTemplate: s.cfg.TopicTemplate,
 		Topics: "^" + regexp.QuoteMeta(s.cfg.TopicPrefix) + `\.`, Exclude: "^" + regexp.QuoteMeta(s.cfg.CheckpointTopic) + "$",
 		MetadataMaxAge: 100 * time.Millisecond,
 		kgoOpts:        []kgo.Opt{kgo.MetadataMinAge(10 * time.Millisecond)},
