@@ -10,9 +10,13 @@ import (
 // after it is stamped with, and the source server's clock at capture.
 //
 // A row read after the capture may already reflect changes committed after
-// it; it is stamped with Version (Seq = the captured position, Index 0), so
+// it; it is stamped with Version, which lies strictly between the rows of
+// the last transaction the capture saw and those of the first one it did
+// not (Index 0; Seq = the last GTID sequence + 1 under version: gtid, the
+// captured offset, where the next transaction starts, under filepos), so
 // every binlog change after the capture is newer and is applied over it when
-// streaming resumes at Position. A row can therefore briefly show an older
+// streaming resumes at Position, and every change the capture saw is older
+// (a table's Floor skips it). A row can therefore briefly show an older
 // state until the replay reaches its last change: a temporary regression
 // that always converges, because the replay starts at the captured position.
 type Snapshot struct {

@@ -59,9 +59,12 @@ func (o Op) String() string {
 //
 // Index is the 1-based ordinal of the row change inside its transaction, so a
 // key changed twice in one transaction gets two ordered versions. Index 0 is
-// reserved for rows read by a snapshot or catch-up query at position Seq:
-// every binlog change of a transaction after Seq is newer, and a replay of an
-// already-applied transaction carries the same version and is a no-op.
+// reserved for rows read by a snapshot or catch-up query (and for DDL
+// events, which have no rows): a snapshot's version (Snapshot.Version) is
+// above every change the read saw and below every change it did not, and a
+// replay of an already-applied transaction carries the same version and is
+// a no-op. A DDL event of transaction T is at (T, 0), the same version as a
+// snapshot that saw everything before T: the statement comes after it.
 type Version struct {
 	Seq   uint64
 	Index uint32
@@ -221,10 +224,8 @@ type Batch struct {
 	// them fails the batch.
 	Offsets []StreamOffset
 	// Refresh makes a row read by a snapshot (OpRead, index 0) replace
-	// the target row even when its values are the same, and also a row
-	// written by its own transaction (same seq, a higher index: the
-	// snapshot read after it committed), so that the row carries the
-	// snapshot's version: the end of a snapshot
+	// an older target row even when its values are the same, so that the
+	// row carries the snapshot's version: the end of a snapshot
 	// (StreamTarget.RemoveBefore) tells the rows the snapshot carried by
 	// it. Without Refresh an unchanged row keeps its version and is not
 	// written (re-reading a window is a no-op).

@@ -63,14 +63,15 @@ type StreamTarget interface {
 	EnsureTable(ctx context.Context, t *Table) error
 	// TruncateBefore applies a source TRUNCATE of table at version v (at
 	// commit, the source commit time) as one partition's applier sees it:
-	// it removes every target row with an older version and keeps newer
+	// it removes every target row at v or older (a snapshot at v saw only
+	// what came before the statement; see Version) and keeps newer
 	// ones, so it is idempotent and may run once per partition, in any
 	// order. A TRUNCATE the target's configuration refuses is a
 	// *TableError wrapping ErrDDLRefused.
 	TruncateBefore(ctx context.Context, table TableID, v Version, commit time.Time) error
 	// DropBefore applies a source DROP TABLE of table at version v as one
-	// partition's applier sees it: it removes every target row with an
-	// older version, then drops the target table if no row is left (rows
+	// partition's applier sees it: it removes every target row at v or
+	// older, then drops the target table if no row is left (rows
 	// of a table created again under the same name after the DROP are
 	// newer and keep it). Like TruncateBefore it is idempotent and may run
 	// once per partition, in any order; a lagging partition that writes
@@ -81,9 +82,10 @@ type StreamTarget interface {
 	// RemoveBefore applies the end of a snapshot of table whose rows were
 	// stamped v, as one partition's applier sees it: the partition's rows
 	// of the snapshot came before (written with Batch.Refresh, so each is
-	// at v), so a target row of v's transaction or older that is not at v
-	// was not in the snapshot and is gone from the source. Every such row
-	// is removed (soft-delete mode: marked deleted, keeping its version, so
+	// at v), so a target row older than v was not in the snapshot and is
+	// gone from the source (v is above every change the snapshot saw and
+	// below every change it did not: Snapshot). Every such row is
+	// removed (soft-delete mode: marked deleted, keeping its version, so
 	// that a snapshot row at v still wins over it). It is idempotent and may
 	// run once per partition, in any order; it returns the number of rows
 	// removed. A row of a partition that has not reached its own snapshot

@@ -145,14 +145,20 @@ func (r *Reader) Capture(ctx context.Context) (tidemark.Snapshot, error) {
 		if len(set) > 1 {
 			return s, fmt.Errorf("capture position of %s: GTID state %s has several domains: version: gtid needs one; set version: filepos", r.t.cfg.Name, s.Position.GTID)
 		}
+		// The snapshot saw transaction g.Seq and nothing after it:
+		// (g.Seq+1, 0) is above every row of g.Seq and below every row
+		// of the next transaction (strict mode: its sequence is higher).
 		for _, g := range set {
-			s.Version = tidemark.Version{Seq: g.Seq}
+			s.Version = tidemark.Version{Seq: g.Seq + 1}
 		}
 	default:
 		idx, err := tidemark.BinlogFileIndex(file)
 		if err != nil {
 			return s, fmt.Errorf("capture position of %s: %w", r.t.cfg.Name, err)
 		}
+		// pos is where the next transaction starts, its rows are at
+		// (pos, k≥1): (pos, 0) is above everything the snapshot saw and
+		// below them.
 		s.Version = tidemark.Version{Seq: idx<<40 | pos}
 	}
 	if s.Version.Seq, err = tidemark.EpochSeq(epoch, s.Version.Seq); err != nil {

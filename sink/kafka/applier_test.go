@@ -134,7 +134,7 @@ func (f *fakeTarget) TruncateBefore(_ context.Context, id tidemark.TableID, v ti
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t := f.table(id)
-	t.removeBefore(v)
+	t.removeBefore(tidemark.Version{Seq: v.Seq, Index: v.Index + 1}) // at v or older
 	f.calls = append(f.calls, "truncate "+id.String())
 	return nil
 }
@@ -143,7 +143,7 @@ func (f *fakeTarget) DropBefore(_ context.Context, id tidemark.TableID, v tidema
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t := f.table(id)
-	t.removeBefore(v)
+	t.removeBefore(tidemark.Version{Seq: v.Seq, Index: v.Index + 1}) // at v or older
 	if len(t.rows) == 0 {
 		t.exists = false
 	}
@@ -156,11 +156,7 @@ func (f *fakeTarget) RemoveBefore(_ context.Context, id tidemark.TableID, v tide
 	defer f.mu.Unlock()
 	t := f.table(id)
 	n := len(t.rows)
-	for k, have := range t.rows {
-		if have.Seq <= v.Seq && have != v {
-			delete(t.rows, k)
-		}
-	}
+	t.removeBefore(v)
 	f.calls = append(f.calls, "remove "+id.String())
 	return int64(n - len(t.rows)), nil
 }
@@ -315,9 +311,10 @@ func TestApplierFollowsSnapshotBoundaries(t *testing.T) {
 	ctx := context.Background()
 	// Transaction 50 inserts id 41; then the source loses ids 31-41
 	// without a binlog event: the snapshot read after transaction 50 has
-	// ids 1-30, stamped with its version.
+	// ids 1-30, stamped with its version (above transaction 50:
+	// tidemark.Snapshot).
 	apply(t, s, &tidemark.Batch{Source: "src", Changes: insertsOf(orders, 41, 1, 50), Checkpoint: tidemark.Position{GTID: "0-1-50"}})
-	snapAt := tidemark.Version{Seq: 50}
+	snapAt := tidemark.Version{Seq: 51}
 	if err := s.BeginSnapshot(ctx, "src", orders.ID, "resync requested"); err != nil {
 		t.Fatal(err)
 	}

@@ -1024,7 +1024,7 @@ func (s *Sink) TryLockSource(ctx context.Context, source string) (func(), bool, 
 
 // TruncateBefore implements tidemark.StreamTarget: a source TRUNCATE at
 // version v as an applier of one partition sees it. Every row of the
-// table's target with an older version is removed (soft-delete mode: marked
+// table's target at v or older is removed (soft-delete mode: marked
 // deleted and stamped with v), rows written after the TRUNCATE are kept.
 // Each partition's applier runs it when it reaches the TRUNCATE's control
 // record; it is idempotent, so the table converges whatever the order: a row
@@ -1039,7 +1039,9 @@ func (s *Sink) TruncateBefore(ctx context.Context, table tidemark.TableID, v tid
 	if s.cfg.Schema.Truncate != ApplyDDL {
 		return &tidemark.TableError{Table: table, Err: fmt.Errorf("TRUNCATE refused by the configuration (ddl.truncate: refuse); the target table %s is kept as it was: %w", qname, tidemark.ErrDDLRefused)}
 	}
-	q := "DELETE FROM " + qname + " WHERE (" + colSeq + ", " + colIdx + ") < ($1, $2)"
+	// At or before v: a snapshot at v saw only what came before the
+	// TRUNCATE (tidemark.Version: a DDL event shares its version).
+	q := "DELETE FROM " + qname + " WHERE (" + colSeq + ", " + colIdx + ") <= ($1, $2)"
 	args := []any{int64(v.Seq), int64(v.Index)}
 	var at any // _tm_deleted_at: the source commit time, NULL when unknown
 	if !commit.IsZero() {
@@ -1047,7 +1049,7 @@ func (s *Sink) TruncateBefore(ctx context.Context, table tidemark.TableID, v tid
 	}
 	if s.cfg.DeleteMode == DeleteSoft {
 		q = "UPDATE " + qname + " SET " + colDeleted + " = true, " + colDeletedAt + " = $3, " + colSeq + " = $1, " + colIdx + " = $2 WHERE (" +
-			colSeq + ", " + colIdx + ") < ($1, $2) AND NOT " + colDeleted
+			colSeq + ", " + colIdx + ") <= ($1, $2) AND NOT " + colDeleted
 		args = append(args, at)
 	}
 	if _, err := s.execIfExists(ctx, "truncate "+qname+" before version "+v.String(), qname, q, args...); err != nil {
@@ -1085,18 +1087,19 @@ func (s *Sink) execIfExists(ctx context.Context, what, qname, q string, args ...
 
 // RemoveBefore implements tidemark.StreamTarget: the end of a snapshot of
 // table stamped v, as an applier of one partition sees it. Every target row
-// of v's transaction or older that is not at v itself was not in the
-// snapshot and is removed; in soft-delete mode it is marked deleted and
-// keeps its version (a snapshot row at v of a lagging partition then still
-// wins over it). Idempotent, any order.
+// older than v was not in the snapshot (its rows are at v) and is removed;
+// in soft-delete mode it is marked deleted and keeps its version (a
+// snapshot row at v of a lagging partition then still wins over it). A row
+// at v or newer is a snapshot row or a change the snapshot did not see
+// (tidemark.Snapshot: v is above everything the read saw), which another
+// partition may already have applied: it stays. Idempotent, any order.
 func (s *Sink) RemoveBefore(ctx context.Context, table tidemark.TableID, v tidemark.Version) (int64, error) {
 	_, _, qname, err := s.targetOf(table)
 	if err != nil {
 		return 0, &tidemark.TableError{Table: table, Err: err}
 	}
-	// The snapshot's rows are at v (Batch.Refresh); v's own transaction
-	// (same seq, a higher index) committed before the snapshot read.
-	cond := colSeq + " <= $1 AND (" + colSeq + ", " + colIdx + ") <> ($1, $2)"
+	// The snapshot's rows are at v (Batch.Refresh).
+	cond := "(" + colSeq + ", " + colIdx + ") < ($1, $2)"
 	q := "DELETE FROM " + qname + " WHERE " + cond
 	if s.cfg.DeleteMode == DeleteSoft {
 		q = "UPDATE " + qname + " SET " + colDeleted + " = true, " + colDeletedAt + " = NULL WHERE " + cond + " AND NOT " + colDeleted
@@ -1114,7 +1117,7 @@ var errTableGone = errors.New("table dropped meanwhile")
 
 // DropBefore implements tidemark.StreamTarget: a source DROP TABLE at
 // version v as an applier of one partition sees it. Under the DDL lock and
-// an exclusive lock of the target table, every row older than v is removed
+// an exclusive lock of the target table, every row at v or older is removed
 // (in soft-delete mode too: the direct path drops the whole table), and the
 // table is dropped when no row is left. Rows of a table created again
 // under the same name after the DROP are newer and keep it. Each
@@ -1149,7 +1152,8 @@ func (s *Sink) DropBefore(ctx context.Context, table tidemark.TableID, v tidemar
 				}
 				return fmt.Errorf("lock %s: %w", qname, err)
 			}
-			tag, err := tx.Exec(ctx, "DELETE FROM "+qname+" WHERE ("+colSeq+", "+colIdx+") < ($1, $2)", int64(v.Seq), int64(v.Index))
+			// At or before v, like TruncateBefore.
+			tag, err := tx.Exec(ctx, "DELETE FROM "+qname+" WHERE ("+colSeq+", "+colIdx+") <= ($1, $2)", int64(v.Seq), int64(v.Index))
 			if err != nil {
 				return fmt.Errorf("delete rows of %s: %w", qname, err)
 			}

@@ -126,15 +126,20 @@ func openSinkLike(t *testing.T, cfg Config) *Sink {
 }
 
 // TestRemoveBefore applies a snapshot's end as a partition's applier does:
-// rows older than the snapshot's version, or of its own transaction, that
-// the snapshot did not carry go; the snapshot's rows (written with
-// Batch.Refresh: one unchanged, one over its own transaction's change) and
-// newer changes stay; a second run removes nothing. In soft-delete mode the row
-// is marked deleted with its version kept, so that the snapshot row of a
-// partition that reaches it later (at the snapshot's version) still wins.
+// rows older than the snapshot's version that the snapshot did not carry
+// go, also those of the last transaction the snapshot saw; the snapshot's
+// rows (written with Batch.Refresh: one unchanged, one over the last seen
+// transaction's change) and newer changes stay, also one of the first
+// transaction the snapshot did not see, which another partition applied
+// before this one reached its end (review finding 1: it was removed); a
+// second run removes nothing. In soft-delete mode the row is marked
+// deleted with its version kept, so that the snapshot row of a partition
+// that reaches it later (at the snapshot's version) still wins.
 func TestRemoveBefore(t *testing.T) {
 	ctx := context.Background()
 	tbl := evoTable("t", tidemark.Column{Name: "id", Kind: tidemark.KindInt, Bits: 64}, tidemark.Column{Name: "a", Kind: tidemark.KindText, Nullable: true})
+	// The snapshot saw transaction 49 and nothing after it
+	// (tidemark.Snapshot).
 	snapAt := v(50, 0)
 	read := func(id int64) tidemark.Change {
 		ch := ins(tbl, snapAt, id, "snap")
@@ -146,12 +151,14 @@ func TestRemoveBefore(t *testing.T) {
 			e := newEnv(t, func(c *Config) { c.DeleteMode = mode })
 			e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(tbl, v(1, 1), int64(1), "one"), ins(tbl, v(2, 1), int64(2), "two"),
 				ins(tbl, v(3, 1), int64(3), "three"), ins(tbl, v(60, 1), int64(4), "after"), ins(tbl, v(5, 1), int64(5), "snap"),
-				// written by the snapshot's own transaction (seq 50),
-				// which committed before the snapshot read
-				ins(tbl, v(50, 2), int64(6), "six"), ins(tbl, v(50, 3), int64(7), "gone since")}})
+				// written by the last transaction the snapshot saw
+				ins(tbl, v(49, 2), int64(6), "six"), ins(tbl, v(49, 3), int64(7), "gone since"),
+				// the first transaction after it, from another partition
+				ins(tbl, v(50, 1), int64(8), "right after")}})
 			// The snapshot carries 1 (changed), 5 (unchanged: with Refresh
-			// it takes the snapshot's version all the same) and 6 (its
-			// own transaction's row); 7 was removed without the binlog.
+			// it takes the snapshot's version all the same) and 6 (the
+			// last seen transaction's row); 7 was removed without the
+			// binlog.
 			e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{read(1), read(5), read(6)}, Refresh: true})
 			if n, err := e.sink.RemoveBefore(ctx, tbl.ID, snapAt); err != nil || n != 3 {
 				t.Fatalf("RemoveBefore: %d rows, %v; want 3", n, err)
@@ -163,12 +170,12 @@ func TestRemoveBefore(t *testing.T) {
 			if mode == DeleteSoft {
 				live = `SELECT id, a FROM ` + e.table("t") + ` WHERE NOT _tm_deleted ORDER BY id`
 			}
-			if got := e.rows(live); strings.Join(got, ",") != "1|snap,4|after,5|snap,6|snap" {
+			if got := e.rows(live); strings.Join(got, ",") != "1|snap,4|after,5|snap,6|snap,8|right after" {
 				t.Fatalf("rows after the snapshot's end: %v", got)
 			}
 			// A lagging partition's snapshot row of id 2.
 			e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{read(2)}, Refresh: true})
-			if got := e.rows(live); strings.Join(got, ",") != "1|snap,2|snap,4|after,5|snap,6|snap" {
+			if got := e.rows(live); strings.Join(got, ",") != "1|snap,2|snap,4|after,5|snap,6|snap,8|right after" {
 				t.Fatalf("rows after a lagging partition's snapshot row: %v", got)
 			}
 		})

@@ -261,14 +261,10 @@ func (d *tableDef) buildSQL() {
 		default:
 			readGuard = fmt.Sprintf(" AND EXCLUDED.%s <> 0", q(colIdx))
 		}
-		where := guard
-		if refresh {
-			// Batch.Refresh: a snapshot row (index 0) stands for the
-			// state after its transaction, so it also replaces the rows
-			// that transaction's own changes wrote.
-			where = fmt.Sprintf("(%s OR (EXCLUDED.%s = 0 AND t.%s <= EXCLUDED.%s))", guard, q(colIdx), q(colSeq), q(colSeq))
-		}
-		fmt.Fprintf(&b, "\nWHERE %s%s\nRETURNING (t.xmax = 0)", where, readGuard)
+		// A snapshot's version is above every change its read saw
+		// (tidemark.Snapshot), so the plain guard also lets a snapshot
+		// row replace them, and never a change the read did not see.
+		fmt.Fprintf(&b, "\nWHERE %s%s\nRETURNING (t.xmax = 0)", guard, readGuard)
 		if d.soft {
 			fmt.Fprintf(&b, ", t.%s", q(colDeleted))
 		}
