@@ -402,7 +402,7 @@ func (s *Sink) applyOnce(ctx context.Context, b *tidemark.Batch, p *batchPlan) (
 	p.tombNext = next
 	st.Coalesced = p.coalesced
 	for _, g := range p.groups {
-		gs, err := s.applyGroup(ctx, tx, g, now, b.Source, stamp, b.Refresh)
+		gs, err := s.applyGroup(ctx, tx, g, now, b.Source, stamp, b.Refresh, len(b.Offsets) > 0)
 		if err != nil {
 			return st, err
 		}
@@ -475,16 +475,21 @@ func (s *Sink) applyOnce(ctx context.Context, b *tidemark.Batch, p *batchPlan) (
 }
 
 // applyGroup stages one target table's rows and merges them; stamp is the
-// generation of the tombstones it writes (tombstones.go).
-func (s *Sink) applyGroup(ctx context.Context, tx pgx.Tx, g *groupPlan, now time.Time, source string, stamp int64, refresh bool) (tidemark.ApplyStats, error) {
+// generation of the tombstones it writes (tombstones.go). stream is set for
+// an applier's batch (one that stores stream offsets).
+func (s *Sink) applyGroup(ctx context.Context, tx pgx.Tx, g *groupPlan, now time.Time, source string, stamp int64, refresh, stream bool) (tidemark.ApplyStats, error) {
 	var st tidemark.ApplyStats
 	d := g.def
 	// Rows newer than every tombstone of their table (streaming, as a
 	// rule) cannot be replays of deleted keys: they take the direct path
 	// and the upsert without the tombstone check. Others go through the
-	// guarded upsert.
-	guarded := false
-	if d.tomb != "" && g.nUpsert > 0 {
+	// guarded upsert. The newest tombstone is cached per process, which
+	// is only right when this process writes every tombstone: an applier
+	// shares its tables with the other members of its group (a
+	// key-changing UPDATE deletes the old key on another partition's
+	// member), so its batches always take the guarded upsert.
+	guarded := stream && d.tomb != ""
+	if !guarded && d.tomb != "" && g.nUpsert > 0 {
 		top, err := s.tombMax(ctx, tx, d)
 		if err != nil {
 			return st, err

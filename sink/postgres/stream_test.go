@@ -224,3 +224,31 @@ func TestKeepNullable(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleTombstoneCacheOfAnotherApplier: two appliers (two Sinks on one
+// database, hard deletes) apply the partitions of a key-changing UPDATE
+// out of order. The source updates id 1 (v2, on id 1's partition), then
+// changes its key to 1001 (v3, on 1001's partition). The applier of 1001
+// applies v3 first: it deletes id 1 and writes its tombstone. The other
+// applier, whose cache of the table's newest tombstone predates it, then
+// applies v2: the tombstone must win, id 1 stays deleted (review finding 2:
+// the unguarded upsert brought it back).
+func TestStaleTombstoneCacheOfAnotherApplier(t *testing.T) {
+	tbl := evoTable("t", tidemark.Column{Name: "id", Kind: tidemark.KindInt, Bits: 64}, tidemark.Column{Name: "a", Kind: tidemark.KindText, Nullable: true})
+	e := newEnv(t, withOffsets)
+	other := *e
+	other.sink = openSinkLike(t, e.sink.cfg) // the applier of 1001's partition
+	off := func(part int32, next int64) []tidemark.StreamOffset {
+		return []tidemark.StreamOffset{{Group: "g", Topic: "x", Partition: part, Next: next, Prev: next - 1}}
+	}
+	first := []tidemark.StreamOffset{{Group: "g", Topic: "x", Partition: 0, Next: 1, Prev: -1}}
+	// id 1 is inserted; this applier reads (and caches) the table's
+	// newest tombstone: none.
+	e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(tbl, v(1, 1), int64(1), "one")}, Offsets: first, Refresh: true})
+	other.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{upd(tbl, v(3, 1), []any{int64(1), "x"}, []any{int64(1001), "x"})},
+		Offsets: []tidemark.StreamOffset{{Group: "g", Topic: "x", Partition: 1, Next: 1, Prev: -1}}, Refresh: true})
+	e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{upd(tbl, v(2, 1), []any{int64(1), "one"}, []any{int64(1), "x"})}, Offsets: off(0, 2), Refresh: true})
+	if got := e.rows(`SELECT id, a FROM ` + e.table("t") + ` ORDER BY id`); strings.Join(got, ",") != "1001|x" {
+		t.Fatalf("target rows %v, want only 1001|x (the source's)", got)
+	}
+}

@@ -23,7 +23,9 @@ import (
 // <control schema>.tombstones in the same transaction, and the staged
 // upsert skips a row whose key has a newer tombstone. The direct insert
 // path (direct.go) is taken only by rows newer than every tombstone of
-// their table.
+// their table, and never by an applier's batch (one with stream offsets):
+// the newest tombstone is cached per process, and the members of an apply
+// group write each other's tombstones.
 //
 // Pruning. A tombstone is useful only against a replay that can carry an
 // older change of its key: one that starts before the delete's transaction.
