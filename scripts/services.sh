@@ -13,9 +13,15 @@
 #
 # Data, logs, pid files and sockets live under <repo>/.data/. Servers listen on 127.0.0.1 only.
 # Ports: TIDEMARK_MYSQL_PORT (default 33061), TIDEMARK_MYSQL9_PORT (default 33071),
-# TIDEMARK_PG_PORT (default 54329), TIDEMARK_KAFKA_PORT (default 19092) and
-# TIDEMARK_KAFKA_CONTROLLER_PORT (default 19093). The ports used by the last `up` are remembered in
-# .data/ports.env, so later commands need no override.
+# TIDEMARK_PG_PORT (default 54329), TIDEMARK_KAFKA_PORT (default 19092),
+# TIDEMARK_KAFKA_CONTROLLER_PORT (default 19093), TIDEMARK_KAFKA_SASL_PORT (default 19094: SASL_SSL,
+# SCRAM and PLAIN) and TIDEMARK_KAFKA_SSL_PORT (default 19095: TLS without SASL). The ports used by
+# the last `up` are remembered in .data/ports.env, so later commands need no override.
+# TLS: a local CA and a server certificate (localhost, 127.0.0.1) made with openssl in .data/tls on
+# the first `up` (the CA is TIDEMARK_TEST_TLS_CA in `env`). MariaDB and PostgreSQL accept TLS on their
+# port and have a TLS-only account (tidemark_tls: REQUIRE SSL / a hostssl rule); Kafka speaks TLS on
+# its SASL_SSL and SSL listeners. A server whose generated configuration changed since it started is
+# restarted (MariaDB, Kafka) or reloaded (PostgreSQL) by `up`.
 # Kafka: Apache Kafka 4.x jars from Maven Central (scripts/kafka/pom.xml, resolved with mvn into
 # .data/kafka/lib, cached in ~/.m2), one node in KRaft combined mode on OpenJDK 17.
 # MySQL 9.7: Debian's unstable suite's mysql-server-core (it needs a newer libc than Debian 12's),
@@ -50,10 +56,19 @@ KAFKA_PID="$KAFKA_DIR/kafka.pid"
 KAFKA_LOG="$LOG_DIR/kafka.log"
 KAFKA_HEAP="${TIDEMARK_KAFKA_HEAP:-512m}"
 
+TLS_DIR="$DATA/tls"
+TLS_CA="$TLS_DIR/ca.pem"
+TLS_PASSWORD=tidemark-local # the broker's PKCS#12 keystore
+
 APP_USER=tidemark
 APP_PASSWORD=tidemark-local
 APP_DB=tidemark
 SERVER_ID=1001
+# TLS-only accounts (MariaDB REQUIRE SSL, PostgreSQL hostssl) and the Kafka SASL user
+TLS_USER=tidemark_tls
+TLS_USER_PASSWORD=tidemark-tls-local
+SASL_USER=tidemark
+SASL_PASSWORD=tidemark-sasl-local
 
 # MySQL 9.7 (real server) from a Debian-unstable root shared by every checkout on this machine
 M9_CACHE=/var/cache/tidemark
@@ -90,8 +105,10 @@ as_user() {
 # ports
 
 load_ports() {
-	local rec_my="" rec_m9="" rec_pg="" rec_k="" rec_kc=""
+	local rec_my="" rec_m9="" rec_pg="" rec_k="" rec_kc="" rec_ks="" rec_kt=""
 	if [[ -f $PORTS_FILE ]]; then
+		rec_ks=$(sed -n 's/^KAFKA_SASL_PORT=//p' "$PORTS_FILE")
+		rec_kt=$(sed -n 's/^KAFKA_SSL_PORT=//p' "$PORTS_FILE")
 		rec_my=$(sed -n 's/^MYSQL_PORT=//p' "$PORTS_FILE")
 		rec_m9=$(sed -n 's/^MYSQL9_PORT=//p' "$PORTS_FILE")
 		rec_pg=$(sed -n 's/^PG_PORT=//p' "$PORTS_FILE")
@@ -103,6 +120,8 @@ load_ports() {
 	PG_PORT=${TIDEMARK_PG_PORT:-${rec_pg:-54329}}
 	KAFKA_PORT=${TIDEMARK_KAFKA_PORT:-${rec_k:-19092}}
 	KAFKA_CTL_PORT=${TIDEMARK_KAFKA_CONTROLLER_PORT:-${rec_kc:-19093}}
+	KAFKA_SASL_PORT=${TIDEMARK_KAFKA_SASL_PORT:-${rec_ks:-19094}}
+	KAFKA_SSL_PORT=${TIDEMARK_KAFKA_SSL_PORT:-${rec_kt:-19095}}
 	REC_MY_PORT=$rec_my
 	REC_M9_PORT=$rec_m9
 	REC_PG_PORT=$rec_pg
@@ -113,19 +132,71 @@ load_ports() {
 	[[ $PG_PORT =~ ^[0-9]+$ ]] || die "bad TIDEMARK_PG_PORT: $PG_PORT"
 	[[ $KAFKA_PORT =~ ^[0-9]+$ ]] || die "bad TIDEMARK_KAFKA_PORT: $KAFKA_PORT"
 	[[ $KAFKA_CTL_PORT =~ ^[0-9]+$ ]] || die "bad TIDEMARK_KAFKA_CONTROLLER_PORT: $KAFKA_CTL_PORT"
-	[[ $KAFKA_PORT != "$KAFKA_CTL_PORT" ]] || die "TIDEMARK_KAFKA_PORT and TIDEMARK_KAFKA_CONTROLLER_PORT must differ ($KAFKA_PORT)"
+	[[ $KAFKA_SASL_PORT =~ ^[0-9]+$ ]] || die "bad TIDEMARK_KAFKA_SASL_PORT: $KAFKA_SASL_PORT"
+	[[ $KAFKA_SSL_PORT =~ ^[0-9]+$ ]] || die "bad TIDEMARK_KAFKA_SSL_PORT: $KAFKA_SSL_PORT"
+	local uniq
+	uniq=$(printf '%s\n' "$KAFKA_PORT" "$KAFKA_CTL_PORT" "$KAFKA_SASL_PORT" "$KAFKA_SSL_PORT" | sort -u | wc -l)
+	((uniq == 4)) || die "TIDEMARK_KAFKA_PORT, _CONTROLLER_PORT, _SASL_PORT and _SSL_PORT must differ ($KAFKA_PORT $KAFKA_CTL_PORT $KAFKA_SASL_PORT $KAFKA_SSL_PORT)"
 }
 
 save_ports() {
 	mkdir -p "$DATA"
-	printf 'MYSQL_PORT=%s\nMYSQL9_PORT=%s\nPG_PORT=%s\nKAFKA_PORT=%s\nKAFKA_CONTROLLER_PORT=%s\n' \
-		"$MY_PORT" "$M9_PORT" "$PG_PORT" "$KAFKA_PORT" "$KAFKA_CTL_PORT" >"$PORTS_FILE"
+	printf 'MYSQL_PORT=%s\nMYSQL9_PORT=%s\nPG_PORT=%s\nKAFKA_PORT=%s\nKAFKA_CONTROLLER_PORT=%s\nKAFKA_SASL_PORT=%s\nKAFKA_SSL_PORT=%s\n' \
+		"$MY_PORT" "$M9_PORT" "$PG_PORT" "$KAFKA_PORT" "$KAFKA_CTL_PORT" "$KAFKA_SASL_PORT" "$KAFKA_SSL_PORT" >"$PORTS_FILE"
 }
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 pg_dsn() {
 	printf 'postgres://%s:%s@127.0.0.1:%s/%s?sslmode=disable' "$APP_USER" "$APP_PASSWORD" "$PG_PORT" "$APP_DB"
+}
+
+# The TLS-only role's DSN, verifying the server's certificate against the local CA.
+pg_tls_dsn() {
+	printf 'postgres://%s:%s@127.0.0.1:%s/%s?sslmode=verify-full&sslrootcert=%s' "$TLS_USER" "$TLS_USER_PASSWORD" "$PG_PORT" "$APP_DB" "$TLS_CA"
+}
+
+# replace_if_changed NEW DEST: move NEW over DEST; succeeds (0) only when the content changed.
+replace_if_changed() {
+	if [[ -f $2 ]] && cmp -s "$1" "$2"; then
+		rm -f "$1"
+		return 1
+	fi
+	mv -f "$1" "$2"
+}
+
+# ---------------------------------------------------------------------------------------------
+# TLS: a local CA and one server certificate for all three servers (made once, kept across `up`)
+
+tls_certs() {
+	mkdir -p "$TLS_DIR"
+	if [[ ! -f $TLS_DIR/server.pem || ! -f $TLS_CA || ! -f $TLS_DIR/kafka-server.p12 ]]; then
+		log "creating a local CA and a server certificate in $TLS_DIR (openssl)"
+		command -v openssl >/dev/null || die "openssl not found (apt-get install openssl)"
+		(
+			cd "$TLS_DIR"
+			rm -f ./*.pem ./*.key ./*.csr ./*.p12 ./*.srl
+			openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 3650 \
+				-subj "/CN=tidemark local test CA" -addext "basicConstraints=critical,CA:TRUE" \
+				-addext "keyUsage=critical,keyCertSign,cRLSign"
+			openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj "/CN=localhost"
+			printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n' >server.ext
+			openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 3650 -extfile server.ext
+			openssl pkcs12 -export -in server.pem -inkey server.key -certfile ca.pem -name kafka \
+				-out kafka-server.p12 -passout "pass:$TLS_PASSWORD"
+		) >"$LOG_DIR/tls.log" 2>&1 || { tail -n 20 "$LOG_DIR/tls.log" >&2; die "creating the TLS certificates failed (log: $LOG_DIR/tls.log)"; }
+	fi
+	# Each server reads its own copy of the key (PostgreSQL insists on owning it, mode 0600).
+	install -m 600 "$TLS_DIR/server.key" "$TLS_DIR/mariadb-server.key"
+	install -m 600 "$TLS_DIR/server.key" "$TLS_DIR/pg-server.key"
+	chmod 644 "$TLS_DIR/server.pem" "$TLS_CA"
+	chmod 600 "$TLS_DIR/ca.key" "$TLS_DIR/server.key"
+	if is_root; then
+		chown mysql:mysql "$TLS_DIR/mariadb-server.key"
+		chown postgres:postgres "$TLS_DIR/pg-server.key"
+		ensure_traversable mysql "$TLS_DIR"
+		ensure_traversable postgres "$TLS_DIR"
+	fi
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -193,7 +264,7 @@ my_running() {
 }
 
 write_my_cnf() {
-	cat >"$MY_CNF" <<EOF
+	cat >"$1" <<EOF
 # generated by scripts/services.sh; rewritten on every 'up'
 [mariadbd]
 datadir = $MY_DATA
@@ -218,6 +289,10 @@ innodb-flush-log-at-trx-commit = 2
 max-allowed-packet = 64M
 character-set-server = utf8mb4
 collation-server = utf8mb4_general_ci
+# TLS on the same port (clients choose); the account $TLS_USER requires it
+ssl-ca = $TLS_CA
+ssl-cert = $TLS_DIR/server.pem
+ssl-key = $TLS_DIR/mariadb-server.key
 EOF
 }
 
@@ -226,8 +301,14 @@ my_start() {
 		if [[ -n $REC_MY_PORT && $REC_MY_PORT != "$MY_PORT" ]]; then
 			die "MariaDB is running on port $REC_MY_PORT, not $MY_PORT; run '$0 down' first"
 		fi
-		log "MariaDB already running (pid $(cat "$MY_PID"), port $MY_PORT)"
-		return 0
+		write_my_cnf "$MY_CNF.new"
+		if ! replace_if_changed "$MY_CNF.new" "$MY_CNF"; then
+			log "MariaDB already running (pid $(cat "$MY_PID"), port $MY_PORT)"
+			my_tls_user
+			return 0
+		fi
+		log "MariaDB's configuration changed since it started: restarting it"
+		my_stop
 	fi
 	if port_in_use "$MY_PORT"; then
 		die "port $MY_PORT is already in use (another checkout's services?); set TIDEMARK_MYSQL_PORT to a free port"
@@ -237,7 +318,7 @@ my_start() {
 	ensure_traversable mysql "$MY_RUN"
 	touch "$MY_LOG"
 	if is_root; then chown mysql:mysql "$MY_RUN" "$MY_LOG"; fi
-	write_my_cnf
+	write_my_cnf "$MY_CNF"
 
 	local fresh=0
 	if [[ ! -d $MY_DATA/mysql ]]; then
@@ -275,6 +356,16 @@ my_start() {
 	if ((fresh)) || [[ ! -f $MY_INIT_MARK ]]; then
 		my_init_contents
 	fi
+	my_tls_user
+}
+
+# The TLS-only account (REQUIRE SSL), made on every `up` so older data dirs get it too; not binlogged.
+my_tls_user() {
+	my_root <<EOF || die "creating the MariaDB user $TLS_USER failed"
+SET SESSION sql_log_bin=0;
+CREATE USER IF NOT EXISTS '$TLS_USER'@'127.0.0.1' IDENTIFIED BY '$TLS_USER_PASSWORD' REQUIRE SSL;
+GRANT ALL PRIVILEGES ON *.* TO '$TLS_USER'@'127.0.0.1';
+EOF
 }
 
 # One-time setup; nothing here reaches the binlog, and the binlog is reset afterwards so the first
@@ -550,9 +641,10 @@ pg_running() {
 	"$PG_BIN/pg_isready" -q -h "$PG_RUN" -p "$PG_PORT" -t 2 >/dev/null 2>&1
 }
 
+# Writes tidemark.conf and pg_hba.conf; succeeds (0) when either changed.
 pg_write_conf() {
-	local conf="$PG_DATA/tidemark.conf"
-	cat >"$conf" <<EOF
+	local conf="$PG_DATA/tidemark.conf" hba="$PG_DATA/pg_hba.conf" changed=1
+	cat >"$conf.new" <<EOF
 # generated by scripts/services.sh; rewritten on every 'up'
 listen_addresses = '127.0.0.1'
 port = $PG_PORT
@@ -562,8 +654,37 @@ max_connections = 200
 password_encryption = 'scram-sha-256'
 # when a row became visible: pg_xact_commit_timestamp(xmin) (the bench's lag, T3)
 track_commit_timestamp = on
+# TLS on the same port; the role $TLS_USER may connect only with it (pg_hba.conf: hostssl)
+ssl = on
+ssl_cert_file = '$TLS_DIR/server.pem'
+ssl_key_file = '$TLS_DIR/pg-server.key'
+ssl_ca_file = '$TLS_CA'
 EOF
-	if is_root; then chown postgres:postgres "$conf"; fi
+	# trust on the local socket (setup/debugging); the password is really checked over TCP
+	cat >"$hba.new" <<EOF
+# generated by scripts/services.sh; rewritten on every 'up'
+local     all   all                          trust
+hostssl   all   $TLS_USER   127.0.0.1/32   scram-sha-256
+hostnossl all   $TLS_USER   127.0.0.1/32   reject
+host      all   all         127.0.0.1/32   scram-sha-256
+host      all   all         ::1/128        scram-sha-256
+EOF
+	replace_if_changed "$conf.new" "$conf" && changed=0
+	replace_if_changed "$hba.new" "$hba" && changed=0
+	if is_root; then chown postgres:postgres "$conf" "$hba"; fi
+	return $changed
+}
+
+# The TLS-only role, made on every `up` so older data dirs get it too.
+pg_tls_role() {
+	pg_root_psql -d postgres <<EOF || die "creating the PostgreSQL role $TLS_USER failed"
+DO \$\$ BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '$TLS_USER') THEN
+    CREATE ROLE $TLS_USER;
+  END IF;
+END \$\$;
+ALTER ROLE $TLS_USER WITH LOGIN SUPERUSER PASSWORD '$TLS_USER_PASSWORD';
+EOF
 }
 
 pg_start() {
@@ -571,7 +692,13 @@ pg_start() {
 		if [[ -n $REC_PG_PORT && $REC_PG_PORT != "$PG_PORT" ]]; then
 			die "PostgreSQL is running on port $REC_PG_PORT, not $PG_PORT; run '$0 down' first"
 		fi
-		log "PostgreSQL already running (port $PG_PORT)"
+		if pg_write_conf; then
+			log "PostgreSQL's configuration changed: reloading it"
+			pg_ctl -D "$PG_DATA" reload >/dev/null
+		else
+			log "PostgreSQL already running (port $PG_PORT)"
+		fi
+		pg_tls_role
 		return 0
 	fi
 	if port_in_use "$PG_PORT"; then
@@ -593,16 +720,9 @@ pg_start() {
 		as_user postgres "$PG_BIN/initdb" -D "$PG_DATA" -U postgres --auth=trust \
 			--encoding=UTF8 --locale=C.UTF-8 >"$LOG_DIR/pg-initdb.log" 2>&1 ||
 			{ tail -n 30 "$LOG_DIR/pg-initdb.log" >&2; die "initdb failed"; }
-		# trust on the local socket (setup/debugging); the password is really checked over TCP
-		as_user postgres tee "$PG_DATA/pg_hba.conf" >/dev/null <<EOF
-# generated by scripts/services.sh
-local   all             all                     trust
-host    all             all     127.0.0.1/32    scram-sha-256
-host    all             all     ::1/128         scram-sha-256
-EOF
 		echo "include_if_exists = 'tidemark.conf'" | as_user postgres tee -a "$PG_DATA/postgresql.conf" >/dev/null
 	fi
-	pg_write_conf
+	pg_write_conf || true
 
 	log "starting PostgreSQL on 127.0.0.1:$PG_PORT"
 	if ! pg_ctl -D "$PG_DATA" -l "$PG_LOG" -w -t 60 start >/dev/null; then
@@ -624,6 +744,7 @@ SELECT 'CREATE DATABASE $APP_DB OWNER $APP_USER'
 EOF
 		touch "$PG_INIT_MARK"
 	fi
+	pg_tls_role
 }
 
 pg_stop() {
@@ -670,16 +791,26 @@ kafka_jars() {
 }
 
 kafka_write_conf() {
-	cat >"$KAFKA_CONF" <<EOF
+	cat >"$1" <<EOF
 # generated by scripts/services.sh; rewritten on every 'up'
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$KAFKA_CTL_PORT
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CTL_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CTL_PORT,SASL_SSL://127.0.0.1:$KAFKA_SASL_PORT,SSL://127.0.0.1:$KAFKA_SSL_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_SSL://127.0.0.1:$KAFKA_SASL_PORT,SSL://127.0.0.1:$KAFKA_SSL_PORT
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL
+# TLS (SASL_SSL and SSL listeners): the local server certificate; SASL: SCRAM users (added at format
+# time, --add-scram) and one PLAIN user
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$TLS_DIR/kafka-server.p12
+ssl.keystore.password=$TLS_PASSWORD
+ssl.key.password=$TLS_PASSWORD
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$SASL_USER="$SASL_PASSWORD";
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 log.dirs=$KAFKA_LOGS
 num.partitions=1
 auto.create.topics.enable=true
@@ -718,11 +849,17 @@ kafka_start() {
 		if [[ -n $REC_KAFKA_PORT && $REC_KAFKA_PORT != "$KAFKA_PORT" ]]; then
 			die "Kafka is running on port $REC_KAFKA_PORT, not $KAFKA_PORT; run '$0 down' first"
 		fi
-		log "Kafka already running (pid $(cat "$KAFKA_PID"), port $KAFKA_PORT)"
-		return 0
+		mkdir -p "$KAFKA_DIR"
+		kafka_write_conf "$KAFKA_CONF.new"
+		if ! replace_if_changed "$KAFKA_CONF.new" "$KAFKA_CONF"; then
+			log "Kafka already running (pid $(cat "$KAFKA_PID"), port $KAFKA_PORT)"
+			return 0
+		fi
+		log "Kafka's configuration changed since it started: restarting it"
+		kafka_stop
 	fi
 	local p
-	for p in "$KAFKA_PORT" "$KAFKA_CTL_PORT"; do
+	for p in "$KAFKA_PORT" "$KAFKA_CTL_PORT" "$KAFKA_SASL_PORT" "$KAFKA_SSL_PORT"; do
 		if port_in_use "$p"; then
 			die "port $p is already in use (another checkout's services?); set TIDEMARK_KAFKA_PORT / TIDEMARK_KAFKA_CONTROLLER_PORT to free ports"
 		fi
@@ -730,7 +867,7 @@ kafka_start() {
 	command -v java >/dev/null || die "java not found (OpenJDK 17: apt-get install openjdk-17-jre-headless)"
 	kafka_jars
 	mkdir -p "$KAFKA_DIR" "$LOG_DIR"
-	kafka_write_conf
+	kafka_write_conf "$KAFKA_CONF"
 	if [[ ! -f $KAFKA_LOGS/meta.properties ]]; then
 		log "formatting Kafka storage $KAFKA_LOGS (KRaft)"
 		rm -rf "$KAFKA_LOGS"
@@ -738,6 +875,8 @@ kafka_start() {
 		cluster_id=$(kafka_java kafka.tools.StorageTool random-uuid 2>>"$LOG_DIR/kafka-format.log") ||
 			{ tail -n 30 "$LOG_DIR/kafka-format.log" >&2; die "kafka-storage random-uuid failed"; }
 		kafka_java kafka.tools.StorageTool format -t "$cluster_id" -c "$KAFKA_CONF" \
+			--add-scram "SCRAM-SHA-256=[name=$SASL_USER,password=$SASL_PASSWORD]" \
+			--add-scram "SCRAM-SHA-512=[name=$SASL_USER,password=$SASL_PASSWORD]" \
 			>>"$LOG_DIR/kafka-format.log" 2>&1 ||
 			{ tail -n 30 "$LOG_DIR/kafka-format.log" >&2; die "kafka-storage format failed"; }
 	fi
@@ -798,6 +937,14 @@ export TIDEMARK_TEST_MYSQL9_PASSWORD=$APP_PASSWORD
 export TIDEMARK_TEST_MYSQL9_ROOT=$M9_ROOT
 export TIDEMARK_TEST_PG_DSN='$(pg_dsn)'
 export TIDEMARK_TEST_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
+export TIDEMARK_TEST_TLS_CA=$TLS_CA
+export TIDEMARK_TEST_MYSQL_TLS_USER=$TLS_USER
+export TIDEMARK_TEST_MYSQL_TLS_PASSWORD=$TLS_USER_PASSWORD
+export TIDEMARK_TEST_PG_TLS_DSN='$(pg_tls_dsn)'
+export TIDEMARK_TEST_KAFKA_SASL_BROKERS=127.0.0.1:$KAFKA_SASL_PORT
+export TIDEMARK_TEST_KAFKA_SSL_BROKERS=127.0.0.1:$KAFKA_SSL_PORT
+export TIDEMARK_TEST_KAFKA_SASL_USER=$SASL_USER
+export TIDEMARK_TEST_KAFKA_SASL_PASSWORD=$SASL_PASSWORD
 EOF
 }
 
@@ -816,6 +963,8 @@ PostgreSQL $("$PG_BIN/postgres" --version 2>/dev/null | awk '{print $3}') (targe
   client    $0 psql
 Apache Kafka $(ls "$KAFKA_LIB"/kafka_2.13-*.jar 2>/dev/null | sed -n 's/.*kafka_2.13-\(.*\)\.jar/\1/p') (KRaft, one node)
   brokers   127.0.0.1:$KAFKA_PORT   controller 127.0.0.1:$KAFKA_CTL_PORT
+  TLS       SASL_SSL 127.0.0.1:$KAFKA_SASL_PORT (SCRAM-SHA-256/512, PLAIN: $SASL_USER / $SASL_PASSWORD)   SSL 127.0.0.1:$KAFKA_SSL_PORT
+TLS: CA $TLS_CA; TLS-only user $TLS_USER / $TLS_USER_PASSWORD (MariaDB REQUIRE SSL, PostgreSQL hostssl)
 Data and logs: $DATA
 For tests: eval "\$($0 env)"
 EOF
@@ -835,12 +984,14 @@ cmd_up() {
 	fi
 	if ! kafka_running; then
 		local p
-		for p in "$KAFKA_PORT" "$KAFKA_CTL_PORT"; do
+		for p in "$KAFKA_PORT" "$KAFKA_CTL_PORT" "$KAFKA_SASL_PORT" "$KAFKA_SSL_PORT"; do
 			if port_in_use "$p"; then
 				die "port $p is already in use (another checkout's services?); set TIDEMARK_KAFKA_PORT / TIDEMARK_KAFKA_CONTROLLER_PORT to free ports"
 			fi
 		done
 	fi
+	mkdir -p "$LOG_DIR"
+	tls_certs
 	my_start
 	save_ports
 	m9_start
@@ -900,7 +1051,7 @@ cmd_status() {
 }
 
 usage() {
-	sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 
