@@ -661,13 +661,16 @@ func (v *Verifier) Retention(ctx context.Context, pos tidemark.Position, now tim
 // fileCreated returns the timestamp of the first events of a binlog file
 // (its format description event): when the file was created.
 func (v *Verifier) fileCreated(ctx context.Context, file string) (time.Time, error) {
-	sc := syncerConfig(&v.cfg, v.cfg.ServerID^0x80000000)
+	sc, err := syncerConfig(&v.cfg, v.cfg.ServerID^0x80000000)
+	if err != nil {
+		return time.Time{}, err
+	}
 	sc.Logger = slog.New(slog.DiscardHandler)
 	syncer := replication.NewBinlogSyncer(sc)
 	defer syncer.Close()
 	streamer, err := syncer.StartSync(mysql.Position{Name: file, Pos: 4})
 	if err != nil {
-		return time.Time{}, fmt.Errorf("read creation time of binlog %s: %w", file, redact(err, v.cfg.Password))
+		return time.Time{}, fmt.Errorf("read creation time of binlog %s: %w", file, replConnErr(&v.cfg, redact(err, v.cfg.Password)))
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -677,7 +680,7 @@ func (v *Verifier) fileCreated(ctx context.Context, file string) (time.Time, err
 			if errors.Is(err, io.EOF) {
 				break
 			}
-			return time.Time{}, fmt.Errorf("read creation time of binlog %s: %w", file, redact(err, v.cfg.Password))
+			return time.Time{}, fmt.Errorf("read creation time of binlog %s: %w", file, replConnErr(&v.cfg, redact(err, v.cfg.Password)))
 		}
 		if ev.Header.Timestamp != 0 {
 			return time.Unix(int64(ev.Header.Timestamp), 0).UTC(), nil

@@ -49,6 +49,13 @@ type Config struct {
 	// User and Password authenticate; the password never appears in a log
 	// line or an error.
 	User, Password string
+	// TLS is how every connection to the source (replication streams and
+	// SQL sessions) uses TLS. Mode's default: verify-full when CAFile is
+	// set; otherwise require, except to a loopback address (127.0.0.0/8,
+	// ::1, localhost), where it is disable: off the host the binlog stream
+	// carries every row and the password, so it is never plain text unless
+	// asked for; on the host there is no network to protect.
+	TLS tidemark.TLSConfig
 	// ServerID is the replica server id tidemark registers with; it must
 	// be unique among the source's replicas. Required (never random).
 	ServerID uint32
@@ -110,6 +117,7 @@ func (c *Config) setDefaults() {
 	if c.Flavor == "" {
 		c.Flavor = FlavorMariaDB
 	}
+	c.TLS.Mode = c.tlsMode()
 	if c.Version == "" {
 		if c.Flavor == FlavorMariaDB {
 			c.Version = VersionGTID
@@ -152,6 +160,19 @@ func (c *Config) setDefaults() {
 	}
 }
 
+// tlsMode is TLS.Mode or its default (see Config.TLS).
+func (c *Config) tlsMode() string {
+	switch {
+	case c.TLS.Mode != "":
+		return c.TLS.Mode
+	case c.TLS.CAFile != "":
+		return tidemark.TLSVerifyFull
+	case tidemark.IsLoopback(c.Addr):
+		return tidemark.TLSDisable
+	}
+	return tidemark.TLSRequire
+}
+
 // Validate checks the config; errors name the field.
 func (c *Config) Validate() error {
 	c.setDefaults()
@@ -180,6 +201,9 @@ func (c *Config) Validate() error {
 	}
 	if c.User == "" {
 		bad("user", "required")
+	}
+	if err := c.TLS.Validate("tls"); err != nil {
+		errs = append(errs, fmt.Errorf("source config: %w", err))
 	}
 	if c.ServerID == 0 {
 		bad("server_id", "required and must be > 0 (unique among the source's replicas)")

@@ -2,6 +2,7 @@ package binlog
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -13,6 +14,8 @@ import (
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
+
+	"tidemark"
 )
 
 // The connections of package binlog to the source: SQL statements through
@@ -23,17 +26,68 @@ import (
 // deadline before each packet): without it a half-open connection hangs a
 // catch-up read, a verify or a schema lookup forever.
 func connectSQL(ctx context.Context, cfg *Config) (*client.Conn, error) {
+	tc, err := clientTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	c, err := client.ConnectWithContext(dctx, cfg.Addr, cfg.User, cfg.Password, "", 10*time.Second, func(c *client.Conn) error {
 		c.ReadTimeout, c.WriteTimeout = cfg.QueryTimeout, cfg.QueryTimeout
+		if tc != nil {
+			c.SetTLSConfig(tc)
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("connect to source %s at %s: %w", cfg.Name, cfg.Addr, sqlErr(cfg, err))
+		err, _ = connErr(cfg, sqlErr(cfg, err))
+		return nil, fmt.Errorf("connect to source %s at %s: %w", cfg.Name, cfg.Addr, err)
 	}
 	return c, nil
 }
+
+// clientTLS is the TLS configuration of a connection to the source (nil:
+// plain text). The files are read on every connect, so that renewed
+// certificates are used without a restart.
+func clientTLS(cfg *Config) (*tls.Config, error) {
+	host, _, _ := net.SplitHostPort(cfg.Addr)
+	t := cfg.TLS
+	t.Mode = cfg.tlsMode()
+	tc, err := t.ClientConfig("source.tls", host)
+	if err != nil {
+		return nil, fmt.Errorf("connect to source %s at %s: %w", cfg.Name, cfg.Addr, err)
+	}
+	return tc, nil
+}
+
+// connErr explains what TLS has to do with a failed connect: a certificate
+// that did not verify (tidemark.TLSError; never retried, see isTransient),
+// a server without TLS, or an account that refuses plain text. changed
+// reports whether it was one of them.
+func connErr(cfg *Config, err error) (_ error, changed bool) {
+	if tidemark.IsTLSVerifyError(err) {
+		return tidemark.TLSError(cfg.TLS, err), true
+	}
+	if noServerTLS(err) {
+		return fmt.Errorf("%w (source.tls.mode is %s: enable TLS on the server, or set source.tls.mode: disable to connect in plain text)", err, cfg.TLS.Mode), true
+	}
+	var me *mysql.MyError
+	if cfg.TLS.Mode == tidemark.TLSDisable && errors.As(err, &me) && me.Code == mysql.ER_ACCESS_DENIED_ERROR {
+		return fmt.Errorf("%w (source.tls.mode is disable: an account created with REQUIRE SSL refuses plain-text connections; set source.tls)", err), true
+	}
+	return err, false
+}
+
+// replConnErr is connErr for a replication connection: what it explains
+// is prefixed with the source and its address.
+func replConnErr(cfg *Config, err error) error {
+	if e, changed := connErr(cfg, err); changed {
+		return fmt.Errorf("connect to source %s at %s: %w", cfg.Name, cfg.Addr, e)
+	}
+	return err
+}
+
+func noServerTLS(err error) bool { return strings.Contains(err.Error(), "does not support TLS") }
 
 // sqlErr redacts a source SQL error and says what a timeout means.
 func sqlErr(cfg *Config, err error) error {
@@ -144,9 +198,13 @@ func (p *sqlConns) close() error {
 // syncerConfig is the part of a replication connection's configuration
 // that every binlog stream of cfg's source shares: address, account,
 // flavor, and no retry inside go-mysql (the callers reconnect themselves).
-func syncerConfig(cfg *Config, serverID uint32) replication.BinlogSyncerConfig {
+func syncerConfig(cfg *Config, serverID uint32) (replication.BinlogSyncerConfig, error) {
 	host, portStr, _ := net.SplitHostPort(cfg.Addr)
 	port, _ := strconv.Atoi(portStr)
+	tc, err := clientTLS(cfg)
+	if err != nil {
+		return replication.BinlogSyncerConfig{}, err
+	}
 	return replication.BinlogSyncerConfig{
 		ServerID:         serverID,
 		Flavor:           cfg.Flavor,
@@ -154,6 +212,7 @@ func syncerConfig(cfg *Config, serverID uint32) replication.BinlogSyncerConfig {
 		Port:             uint16(port),
 		User:             cfg.User,
 		Password:         cfg.Password,
+		TLSConfig:        tc,
 		DisableRetrySync: true,
-	}
+	}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -122,14 +123,18 @@ func (t *Tailer) checkServer(ctx context.Context) error {
 // fails: a connection error is a failed check.
 func (t *Tailer) Doctor(ctx context.Context, stored *tidemark.Position, lagBudget time.Duration) []tidemark.Check {
 	fixed := func(name string, err error) []tidemark.Check {
-		return []tidemark.Check{{Name: "source " + name, Status: tidemark.CheckFix, Found: redact(err, t.cfg.Password).Error(), Fix: "make the source reachable with the configured address and credentials"}}
+		fix := "make the source reachable with the configured address and credentials"
+		if strings.Contains(err.Error(), "TLS") || strings.Contains(err.Error(), "certificate") {
+			fix = "check source.tls (mode, ca_file, server_name) against the server's certificate and TLS settings"
+		}
+		return []tidemark.Check{{Name: "source " + name, Status: tidemark.CheckFix, Found: redact(err, t.cfg.Password).Error(), Fix: fix}}
 	}
 	r, err := t.query(ctx, "SELECT VERSION()")
 	if err != nil {
 		return fixed("connection", err)
 	}
 	version, _ := r.GetString(0, 0)
-	out := []tidemark.Check{{Name: "source connection", Status: tidemark.CheckOK, Found: t.cfg.Addr + " " + version}}
+	out := []tidemark.Check{{Name: "source connection", Status: tidemark.CheckOK, Found: t.cfg.Addr + " " + version}, t.tlsCheck(ctx)}
 	checks, err := t.serverChecks(ctx)
 	if err != nil {
 		checks = []tidemark.Check{{Name: "source settings", Status: tidemark.CheckFix, Found: redact(err, t.cfg.Password).Error(),
@@ -149,6 +154,49 @@ func (t *Tailer) Doctor(ctx context.Context, stored *tidemark.Position, lagBudge
 		out = append(out, c)
 	}
 	return out
+}
+
+// tlsCheck reports the TLS version of the session (the server's
+// Ssl_version) and whether the server's certificate was verified (the
+// mode: verify-ca and verify-full verify it, require does not).
+func (t *Tailer) tlsCheck(ctx context.Context) tidemark.Check {
+	c := tidemark.Check{Name: "source TLS", Status: tidemark.CheckOK}
+	r, err := t.query(ctx, "SHOW SESSION STATUS LIKE 'Ssl_version'")
+	if err != nil {
+		c.Status, c.Found, c.Fix = tidemark.CheckFix, err.Error(), "grant the user the right to read its session status"
+		return c
+	}
+	version := ""
+	if r.RowNumber() > 0 {
+		version, _ = r.GetString(0, 1)
+	}
+	tc := t.cfg.TLS
+	switch {
+	case version == "" && tidemark.IsLoopback(t.cfg.Addr):
+		c.Found = "off: plain text (mode " + tc.Mode + ", loopback address)"
+	case version == "":
+		c.Status, c.Found = tidemark.CheckWarn, "off: plain text over the network (mode "+tc.Mode+")"
+		c.Fix = "set source.tls (mode verify-full with the server's CA in ca_file): the binlog stream carries every row and the password"
+	case tc.Mode == tidemark.TLSVerifyFull:
+		name := tc.ServerName
+		if name == "" {
+			name, _, _ = net.SplitHostPort(t.cfg.Addr)
+		}
+		c.Found = fmt.Sprintf("%s, certificate verified (verify-full: CA %s, name %s)", version, caName(tc), name)
+	case tc.Mode == tidemark.TLSVerifyCA:
+		c.Found = fmt.Sprintf("%s, certificate verified (verify-ca: CA %s; its name is not checked)", version, caName(tc))
+	default:
+		c.Status, c.Found = tidemark.CheckWarn, fmt.Sprintf("%s, certificate not verified (mode %s)", version, tc.Mode)
+		c.Fix = "set source.tls.ca_file to the server's CA (mode verify-full) so that a server in the middle is detected"
+	}
+	return c
+}
+
+func caName(tc tidemark.TLSConfig) string {
+	if tc.CAFile == "" {
+		return "the system's roots"
+	}
+	return tc.CAFile
 }
 
 // privilegeCheck reads the grants of the configured user.

@@ -215,7 +215,10 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 	defer stopWatch()
 	go watch.run(wctx)              // owned: ends when streamOnce returns
 	rows := &rowFilter{cfg: &t.cfg} // used by go-mysql's decode goroutine only
-	sc := syncerConfig(&t.cfg, t.cfg.ServerID)
+	sc, err := syncerConfig(&t.cfg, t.cfg.ServerID)
+	if err != nil {
+		return false, err
+	}
 	// ParseTime: temporal values as time.Time, not formatted text.
 	// go-mysql builds a DATETIME with time.Date, which silently turns an
 	// invalid date stored under ALLOW_INVALID_DATES ('2026-02-30') into
@@ -308,7 +311,7 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 		streamer, err = syncer.StartSync(mysql.Position{Name: first, Pos: 4})
 	}
 	if err != nil {
-		return false, t.diverged(res, t.classify(watch.explain(err), *pos))
+		return false, t.diverged(res, t.classify(watch.explain(replConnErr(&t.cfg, err)), *pos))
 	}
 	watch.started()
 
@@ -739,6 +742,9 @@ func isTransient(err error) bool {
 	var ve *tidemark.ValueError
 	if errors.As(err, &ve) {
 		return false
+	}
+	if tidemark.IsTLSVerifyError(err) || noServerTLS(err) {
+		return false // a certificate that did not verify, a server without TLS: retrying would not change them
 	}
 	var me *mysql.MyError
 	if errors.As(err, &me) {

@@ -114,11 +114,15 @@ type SourceConfig struct {
 	// password); a trailing newline is removed.
 	PasswordFile string `yaml:"password_file"`
 	ServerID     uint32 `yaml:"server_id"`
-	Version      string `yaml:"version"`
-	TimeZone     string `yaml:"time_zone"`
-	Fold         string `yaml:"fold"`
-	Gap          string `yaml:"gap"`
-	ZeroDates    string `yaml:"zero_dates"`
+	// TLS of every connection to the source (binlog.Config.TLS has the
+	// default mode: verify-full with a ca_file, else require, except
+	// disable on a loopback address).
+	TLS       TLSConfig `yaml:"tls"`
+	Version   string    `yaml:"version"`
+	TimeZone  string    `yaml:"time_zone"`
+	Fold      string    `yaml:"fold"`
+	Gap       string    `yaml:"gap"`
+	ZeroDates string    `yaml:"zero_dates"`
 	// Zones overrides the zone per "db.table" or "db.table.column".
 	Zones         map[string]ZoneConfig `yaml:"zones"`
 	Include       []string              `yaml:"include"`
@@ -134,6 +138,21 @@ type SourceConfig struct {
 	// losing its binlog position (default 24h): `tidemark doctor` and
 	// `run` check the source's binlog expiry against it.
 	LagBudget time.Duration `yaml:"lag_budget"`
+}
+
+// TLSConfig is a tls: section (source.tls, target.kafka.tls): mode
+// disable | require | verify-ca | verify-full, PEM files, and the name the
+// server's certificate must be issued to.
+type TLSConfig struct {
+	Mode       string `yaml:"mode"`
+	CAFile     string `yaml:"ca_file"`
+	CertFile   string `yaml:"cert_file"`
+	KeyFile    string `yaml:"key_file"`
+	ServerName string `yaml:"server_name"`
+}
+
+func (t TLSConfig) settings() tidemark.TLSConfig {
+	return tidemark.TLSConfig{Mode: t.Mode, CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName}
 }
 
 // lagBudget returns source.lag_budget or its default.
@@ -513,7 +532,7 @@ func (c *Config) BinlogConfig() (binlog.Config, error) {
 		overrides[k] = p
 	}
 	bc := binlog.Config{
-		Name: s.Name, Flavor: s.Flavor, Addr: s.Addr, User: s.User, Password: s.Password,
+		Name: s.Name, Flavor: s.Flavor, Addr: s.Addr, User: s.User, Password: s.Password, TLS: s.TLS.settings(),
 		ServerID: s.ServerID, Version: s.Version, Zone: zone, ZoneOverrides: overrides,
 		ZeroDates: s.ZeroDates, Include: s.Include, Exclude: s.Exclude, BusinessKeys: s.BusinessKeys, ExcludeColumns: s.ExcludeColumns,
 		Heartbeat: s.Heartbeat, ReadTimeout: s.ReadTimeout, QueryTimeout: s.QueryTimeout,

@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"net"
+	"strings"
 
 	"tidemark"
 )
@@ -19,7 +21,7 @@ func (s *Sink) Doctor(ctx context.Context, controlSchema string) []tidemark.Chec
 		return []tidemark.Check{{Name: "target connection", Status: tidemark.CheckFix, Found: redact(err, s.secret).Error(),
 			Fix: "make PostgreSQL reachable with target.postgres.dsn"}}
 	}
-	out := []tidemark.Check{{Name: "target connection", Status: tidemark.CheckOK, Found: fmt.Sprintf("PostgreSQL %s, database %s as %s", version, db, user)}}
+	out := []tidemark.Check{{Name: "target connection", Status: tidemark.CheckOK, Found: fmt.Sprintf("PostgreSQL %s, database %s as %s", version, db, user)}, s.tlsCheck(ctx)}
 	schemas := []string{controlSchema}
 	if s.cfg.TargetSchema != "" && s.cfg.TargetSchema != controlSchema {
 		schemas = append(schemas, s.cfg.TargetSchema)
@@ -59,4 +61,30 @@ func (s *Sink) Doctor(ctx context.Context, controlSchema string) []tidemark.Chec
 		out = append(out, c)
 	}
 	return out
+}
+
+// tlsCheck reports the TLS version of a session (pg_stat_ssl) and whether
+// the server's certificate is verified (the DSN's sslmode, as pgx applies
+// it: verify-full checks chain and name, verify-ca — or require with
+// sslrootcert — the chain only).
+func (s *Sink) tlsCheck(ctx context.Context) tidemark.Check {
+	c := tidemark.Check{Name: "target TLS", Status: tidemark.CheckOK}
+	var on bool
+	var version string
+	err := s.pool.QueryRow(ctx, "SELECT ssl, COALESCE(version, '') FROM pg_stat_ssl WHERE pid = pg_backend_pid()").Scan(&on, &version)
+	switch {
+	case err != nil:
+		c.Status, c.Found, c.Fix = tidemark.CheckFix, redact(err, s.secret).Error(), "could not read pg_stat_ssl"
+	case !on && (strings.HasPrefix(s.host, "/") || tidemark.IsLoopback(net.JoinHostPort(s.host, "0"))):
+		c.Found = "off: plain text (loopback address or local socket)"
+	case !on:
+		c.Status, c.Found = tidemark.CheckWarn, "off: plain text over the network"
+		c.Fix = "set sslmode=verify-full and sslrootcert in target.postgres.dsn"
+	case s.tlsVerify == "":
+		c.Status, c.Found = tidemark.CheckWarn, version+", certificate not verified (sslmode require or prefer)"
+		c.Fix = "set sslmode=verify-full and sslrootcert in target.postgres.dsn so that a server in the middle is detected"
+	default:
+		c.Found = version + ", certificate verified (" + s.tlsVerify + ")"
+	}
+	return c
 }

@@ -29,6 +29,9 @@ func retryable(err error) bool {
 		// stops tidemark.Retry before it asks).
 		return true
 	}
+	if tidemark.IsTLSVerifyError(err) {
+		return false // the server's certificate did not verify: a retry would not change it
+	}
 	var amb *ambiguousCommitError
 	if errors.As(err, &amb) {
 		return true

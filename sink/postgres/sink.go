@@ -27,6 +27,7 @@ package postgres
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -45,11 +46,13 @@ import (
 // calls for the same source should still be made in order (the checkpoint
 // stored is the last committed batch's).
 type Sink struct {
-	cfg    Config
-	pool   *pgxpool.Pool
-	log    *slog.Logger
-	rlog   *tidemark.RateLimitedLogger
-	secret string // the DSN's password, redacted from every error
+	cfg       Config
+	pool      *pgxpool.Pool
+	log       *slog.Logger
+	rlog      *tidemark.RateLimitedLogger
+	secret    string // the DSN's password, redacted from every error
+	host      string // the DSN's first host (doctor: loopback or not)
+	tlsVerify string // what pgx verifies of the server's certificate (tlsVerification)
 
 	mu      sync.Mutex
 	defs    map[defKey]*tableDef // built definitions
@@ -107,6 +110,8 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		log:        log,
 		rlog:       &tidemark.RateLimitedLogger{Logger: log},
 		secret:     pcfg.ConnConfig.Password,
+		host:       pcfg.ConnConfig.Host,
+		tlsVerify:  tlsVerification(pcfg.ConnConfig.TLSConfig),
 		defs:       map[defKey]*tableDef{},
 		ensured:    map[defKey]bool{},
 		direct:     map[defKey]*directState{},
@@ -127,6 +132,21 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// tlsVerification says what pgx checks of the server's certificate: ""
+// (nothing, or no TLS), "verify-ca: chain" or "verify-full: chain and
+// name".
+func tlsVerification(tc *tls.Config) string {
+	switch {
+	case tc == nil:
+		return ""
+	case !tc.InsecureSkipVerify:
+		return "verify-full: chain and name " + tc.ServerName
+	case tc.VerifyPeerCertificate != nil || tc.VerifyConnection != nil:
+		return "verify-ca: chain, not the name"
+	}
+	return ""
 }
 
 // plaintextFallback reports whether a connection may end up unencrypted after
