@@ -370,8 +370,12 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 			}
 			ddl, _ := target.(ddlPublisher)
 			snap, _ := target.(tidemark.SnapshotBoundary)
-			target = tailerTarget{Sink: target, ddl: ddl, snap: snap, lock: lk, dropTable: tailerDropsTables(cfg),
+			tt := tailerTarget{Sink: target, ddl: ddl, snap: snap, lock: lk, dropTable: tailerDropsTables(cfg),
 				resets: &resetTables{ids: map[tidemark.TableID]bool{}}}
+			if cfg.Target.Postgres != nil {
+				tt.schema = cfg.Target.Postgres.Schema
+			}
+			target = tt
 		}
 	default:
 		// Table states, DDL and the source lock stay in the state target.

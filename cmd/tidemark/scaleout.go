@@ -9,6 +9,7 @@ import (
 
 	"tidemark"
 	"tidemark/fallback"
+	"tidemark/sink/postgres"
 )
 
 // The scale-out tailer (tailerTarget) keeps table states in PostgreSQL
@@ -48,6 +49,25 @@ func (r *resetTables) has(id tidemark.TableID) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.ids[id]
+}
+
+// Apply implements tidemark.Sink: the batch goes to Kafka, unless a table
+// of it has a name the appliers' PostgreSQL target cannot hold (a system
+// column name, the _tm_ prefix, more than 63 bytes): that is a
+// *tidemark.TableError, which quarantines the table here, before any of
+// its changes is published (an applier would stop at it, every member in
+// turn).
+func (t tailerTarget) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStats, error) {
+	var last *tidemark.Table
+	for i := range b.Changes {
+		if tb := b.Changes[i].Table; tb != nil && tb != last {
+			if err := postgres.CheckNames(tb, t.schema); err != nil {
+				return tidemark.ApplyStats{}, err
+			}
+			last = tb
+		}
+	}
+	return t.Sink.Apply(ctx, b)
 }
 
 // TableStates implements tidemark.TableRegistry with the states stored in

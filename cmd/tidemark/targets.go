@@ -174,6 +174,9 @@ type tailerTarget struct {
 	// resets are the tables whose next snapshot reads them in full
 	// (ResetTable; scaleout.go).
 	resets *resetTables
+	// schema is the appliers' target schema (target.postgres.schema; the
+	// source database's name when empty).
+	schema string
 }
 
 // ddlPublisher is a sink that carries DDL to the appliers of the

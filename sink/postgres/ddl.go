@@ -635,11 +635,11 @@ func (s *Sink) targetOf(id tidemark.TableID) (schema, name, qname string, err er
 	if schema == "" {
 		schema = id.Database
 	}
-	if err := tidemark.CheckIdentifier("schema", schema); err != nil {
-		return "", "", "", fmt.Errorf("map table %s to PostgreSQL: %w", id, err)
+	if err := checkName("schema", schema); err != nil {
+		return "", "", "", &tidemark.TableError{Table: id, Err: fmt.Errorf("map table %s to PostgreSQL: %w", id, err)}
 	}
-	if err := tidemark.CheckIdentifier("table", id.Name); err != nil {
-		return "", "", "", fmt.Errorf("map table %s to PostgreSQL: %w", id, err)
+	if err := checkName("table", id.Name); err != nil {
+		return "", "", "", &tidemark.TableError{Table: id, Err: fmt.Errorf("map table %s to PostgreSQL: %w", id, err)}
 	}
 	return schema, id.Name, tidemark.QuotePostgres(schema) + "." + tidemark.QuotePostgres(id.Name), nil
 }
@@ -704,7 +704,7 @@ func (s *Sink) applyEvent(ctx context.Context, tx pgx.Tx, source string, ev tide
 	policy := s.cfg.Schema
 	_, _, qname, err := s.targetOf(ev.Table)
 	if err != nil {
-		return &tidemark.TableError{Table: ev.Table, Err: err}
+		return err // a *tidemark.TableError
 	}
 	refused := func(stmt, key string) error {
 		return &tidemark.TableError{Table: ev.Table, Err: fmt.Errorf("%s refused by the configuration (ddl.%s: refuse); the target table %s is kept as it was: %w",
@@ -785,7 +785,7 @@ func (s *Sink) alterEvent(ctx context.Context, tx pgx.Tx, qname string, ev tidem
 	}
 	has := func(c string) bool { _, ok := t.types[c]; return ok }
 	for _, r := range ev.Renames {
-		if err := tidemark.CheckIdentifier("column", r.To); err != nil {
+		if err := checkColumnName(r.To); err != nil {
 			return &tidemark.TableError{Table: ev.Table, Err: fmt.Errorf("rename column %q: %w", r.From, err)}
 		}
 		if !has(r.From) {

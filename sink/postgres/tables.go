@@ -77,6 +77,63 @@ type tableDef struct {
 	directCopySQL  string   // binary COPY into the target table
 }
 
+// pgSystemColumns are the names of the system columns every PostgreSQL
+// table has; a user column cannot have one (42701).
+var pgSystemColumns = map[string]bool{"tableoid": true, "xmin": true, "cmin": true, "xmax": true, "cmax": true, "ctid": true}
+
+// checkName validates a schema, table or column name as PostgreSQL stores
+// it: a valid tidemark identifier of at most pgNameMax bytes. PostgreSQL
+// truncates a longer name to its first 63 bytes without an error, so two
+// long names (63 characters fit tidemark's rule, but a non-ASCII character
+// takes 2 to 4 bytes) would become one table, or a column would read back
+// under another name after a restart. Such a name is refused, not mapped.
+func checkName(what, name string) error {
+	if err := tidemark.CheckIdentifier(what, name); err != nil {
+		return err
+	}
+	if len(name) > pgNameMax {
+		return fmt.Errorf("%w: %s %q is %d bytes; PostgreSQL keeps only the first %d bytes of a name (two long names could become one): rename it at the source, or exclude it", tidemark.ErrInvalidIdentifier, what, name, len(name), pgNameMax)
+	}
+	return nil
+}
+
+// checkColumnName is checkName for a column, which may also not take a
+// PostgreSQL system column name or tidemark's reserved prefix.
+func checkColumnName(name string) error {
+	if err := checkName("column", name); err != nil {
+		return err
+	}
+	if pgSystemColumns[name] {
+		return fmt.Errorf("%w: column %q is the name of a PostgreSQL system column, which every PostgreSQL table has: rename it at the source, or leave it out (source.exclude_columns)", tidemark.ErrInvalidIdentifier, name)
+	}
+	if strings.HasPrefix(strings.ToLower(name), reservedPrefix) {
+		return fmt.Errorf("%w: column %q: names starting with %q are reserved for tidemark's metadata columns", tidemark.ErrInvalidIdentifier, name, reservedPrefix)
+	}
+	return nil
+}
+
+// CheckNames checks that PostgreSQL can hold the names of t as they are
+// (checkName, checkColumnName), under targetSchema (the source database's
+// name when empty). A name it cannot is a *tidemark.TableError naming the
+// table and the identifier: the table is quarantined. The scale-out
+// tailer checks the appliers' tables with it before it publishes them.
+func CheckNames(t *tidemark.Table, targetSchema string) error {
+	if targetSchema == "" {
+		targetSchema = t.ID.Database
+	}
+	err := checkName("schema", targetSchema)
+	if err == nil {
+		err = checkName("table", t.ID.Name)
+	}
+	for i := 0; err == nil && i < len(t.Columns); i++ {
+		err = checkColumnName(t.Columns[i].Name)
+	}
+	if err != nil {
+		return &tidemark.TableError{Table: t.ID, Err: fmt.Errorf("map table %s to PostgreSQL: %w", t.ID, err)}
+	}
+	return nil
+}
+
 // newTableDef validates t and builds its definition. With mirrorNotNull,
 // the source's NOT NULL columns are NOT NULL in the target too, in delete
 // mode hard only: a soft-delete tombstone may hold NULL where the source
@@ -86,20 +143,23 @@ func newTableDef(t *tidemark.Table, targetSchema string, mode DeleteMode, mirror
 	if d.schema == "" {
 		d.schema = t.ID.Database
 	}
-	fail := func(format string, args ...any) (*tableDef, error) {
-		return nil, fmt.Errorf("map table %s to PostgreSQL: %s", t.ID, fmt.Sprintf(format, args...))
+	// A table PostgreSQL cannot hold as it is is this table's problem
+	// only: a *tidemark.TableError, which quarantines it (the other tables
+	// go on).
+	fail := func(err error) (*tableDef, error) {
+		return nil, &tidemark.TableError{Table: t.ID, Err: fmt.Errorf("map table %s to PostgreSQL: %w", t.ID, err)}
 	}
-	if err := tidemark.CheckIdentifier("schema", d.schema); err != nil {
-		return fail("%v", err)
+	failf := func(format string, args ...any) (*tableDef, error) {
+		return fail(fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), tidemark.ErrIncompatibleSchema))
 	}
-	if err := tidemark.CheckIdentifier("table", d.name); err != nil {
-		return fail("%v", err)
+	if err := CheckNames(t, targetSchema); err != nil {
+		return nil, err
 	}
 	if len(t.Columns) == 0 {
-		return fail("no columns")
+		return failf("no columns")
 	}
 	if len(t.Key) == 0 {
-		return fail("no business key (a primary key or a configured key is required for upserts)")
+		return failf("no business key (a primary key or a configured key is required for upserts)")
 	}
 	d.display = d.schema + "." + d.name
 	d.qname = tidemark.QuotePostgres(d.schema) + "." + tidemark.QuotePostgres(d.name)
@@ -110,29 +170,23 @@ func newTableDef(t *tidemark.Table, targetSchema string, mode DeleteMode, mirror
 	d.types = make([]string, len(t.Columns))
 	for i := range t.Columns {
 		c := &t.Columns[i]
-		if err := tidemark.CheckIdentifier("column", c.Name); err != nil {
-			return fail("%v", err)
-		}
-		if strings.HasPrefix(strings.ToLower(c.Name), reservedPrefix) {
-			return fail("column %q: names starting with %q are reserved for tidemark's metadata columns", c.Name, reservedPrefix)
-		}
 		if seen[c.Name] {
-			return fail("column %q appears twice", c.Name)
+			return failf("column %q appears twice", c.Name)
 		}
 		seen[c.Name] = true
 		typ, err := pgType(c)
 		if err != nil {
-			return fail("column %q: %v", c.Name, err)
+			return failf("column %q: %v", c.Name, err)
 		}
 		d.types[i] = typ
 	}
 	d.keySet = make([]bool, len(t.Columns))
 	for _, k := range t.Key {
 		if k < 0 || k >= len(t.Columns) {
-			return fail("key column index %d out of range", k)
+			return failf("key column index %d out of range", k)
 		}
 		if d.keySet[k] {
-			return fail("key column %q appears twice", t.Columns[k].Name)
+			return failf("key column %q appears twice", t.Columns[k].Name)
 		}
 		d.keySet[k] = true
 	}
