@@ -294,22 +294,8 @@ func TestKafkaOnlyExactlyOnce(t *testing.T) {
 	if err := w.Setup(); err != nil {
 		t.Fatal(err)
 	}
-	cfg := f.configYAMLWith(t, db, db, db, "UTC", start, "dedupe:\n  enabled: false\n")
-	b, err := os.ReadFile(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	y := string(b)
-	i, j := strings.Index(y, "  postgres:\n"), strings.Index(y, "\nbatch:")
-	if i < 0 || j < i {
-		t.Fatalf("unexpected config layout:\n%s", y)
-	}
-	y = y[:i] + y[j+1:] // no PostgreSQL target
-	if err := os.WriteFile(cfg, []byte(y), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	prefix := "tk" + strings.TrimPrefix(db, "it_konly_")
-	addKafka(t, cfg, brokers, prefix)
+	cfg := f.kafkaOnlyConfig(t, db, prefix, start, "")
 	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	for i := 0; i < 3; i++ {
 		if err := w.Run(60); err != nil {

@@ -3,6 +3,7 @@ package kafka
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -40,6 +41,32 @@ var (
 	headerOp            = map[tidemark.Op][]byte{tidemark.OpInsert: []byte("c"), tidemark.OpUpdate: []byte("u"), tidemark.OpDelete: []byte("d"), tidemark.OpRead: []byte("r")}
 	headerSchemaVersion = []byte(EnvelopeVersion)
 )
+
+// errRecordTooLarge is a change whose record cannot be produced.
+var errRecordTooLarge = errors.New("record too large")
+
+// recordBatchBytes is the size of a record batch holding one change record
+// alone (key, value and the three headers records() gives it), as the
+// producer counts it against max_record_bytes: the record batch header (61
+// bytes) and the record with its varint lengths.
+func recordBatchBytes(key, value, op, shape int) int {
+	hdr := func(k, v int) int { return varintLen(k) + k + varintLen(v) + v }
+	body := 1 + 1 + 1 + // attributes, timestamp delta 0, offset delta 0
+		varintLen(key) + key + varintLen(value) + value +
+		varintLen(3) + hdr(len("op"), op) + hdr(len("schema_version"), len(headerSchemaVersion)) + hdr(len("table_schema"), shape)
+	return 61 + varintLen(body) + body
+}
+
+// varintLen is the length of n as a zigzag varint.
+func varintLen(n int) int {
+	u := uint64(n) << 1
+	l := 1
+	for u >= 0x80 {
+		u >>= 7
+		l++
+	}
+	return l
+}
 
 // records returns fresh kgo records for one attempt, with room for extra
 // more at the end.
@@ -130,6 +157,13 @@ func (s *Sink) encode(ctx context.Context, b *tidemark.Batch) (*encodedBatch, ti
 			return nil, stats, err
 		}
 		r.value.end = len(enc.buf)
+		if n := recordBatchBytes(r.key.end-r.key.start, r.value.end-r.value.start, len(r.op), len(c.fingerprint)); n > int(s.cfg.MaxRecordBytes) {
+			// This table's problem only: it is quarantined, the other
+			// tables go on (the producer would fail the whole batch
+			// with MESSAGE_TOO_LARGE, again at every restart).
+			return nil, stats, &tidemark.TableError{Table: ch.Table.ID, Err: fmt.Errorf("encode change of %s: its Kafka record is %d bytes, more than max_record_bytes %d (target.kafka.max_record_bytes; raise it, and the topic's max.message.bytes, for tables with large values): %w",
+				ch.Table.ID, n, s.cfg.MaxRecordBytes, errRecordTooLarge)}
+		}
 		enc.recs = append(enc.recs, r)
 
 		switch ch.Op {

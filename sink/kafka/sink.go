@@ -320,6 +320,9 @@ func (s *Sink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStat
 		if s.fenced != nil {
 			return tidemark.ApplyStats{}, s.fenced
 		}
+		if te := s.tooLarge(err); te != nil {
+			return tidemark.ApplyStats{}, te
+		}
 		return tidemark.ApplyStats{}, err
 	}
 	for _, c := range enc.announce {
@@ -523,7 +526,7 @@ func (s *Sink) produceAll(ctx context.Context, recs []kgo.Record) error {
 		if err != nil {
 			mu.Lock()
 			if first == nil {
-				first = fmt.Errorf("produce to %s: %w", r.Topic, err)
+				first = &produceError{topic: r.Topic, err: err}
 			}
 			mu.Unlock()
 		}
@@ -537,6 +540,34 @@ func (s *Sink) produceAll(ctx context.Context, recs []kgo.Record) error {
 	mu.Lock()
 	defer mu.Unlock()
 	return first
+}
+
+// produceError is a record the producer or the broker failed.
+type produceError struct {
+	topic string
+	err   error
+}
+
+func (e *produceError) Error() string { return "produce to " + e.topic + ": " + e.err.Error() }
+func (e *produceError) Unwrap() error { return e.err }
+
+// tooLarge turns a record of a table's topic that the broker refused as too
+// large (MESSAGE_TOO_LARGE: the topic's max.message.bytes or the broker's
+// message.max.bytes is below max_record_bytes) into a *tidemark.TableError
+// of that table: it is quarantined, the other tables go on. encode refuses
+// records above max_record_bytes before anything is produced. Callers hold
+// s.mu.
+func (s *Sink) tooLarge(err error) error {
+	pe, ok := errors.AsType[*produceError](err)
+	if !ok || !errors.Is(err, kerr.MessageTooLarge) {
+		return nil
+	}
+	owner, ok := s.topicOwner[pe.topic]
+	if !ok {
+		return nil
+	}
+	return &tidemark.TableError{Table: owner.id, Err: fmt.Errorf("publish changes of %s: the broker refused a record as too large for topic %s (its max.message.bytes, or the broker's message.max.bytes, is below max_record_bytes %d): %w",
+		owner.id, pe.topic, s.cfg.MaxRecordBytes, err)}
 }
 
 func (s *Sink) checkpointRecord(source string, cp checkpoint) kgo.Record {

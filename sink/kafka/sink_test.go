@@ -53,8 +53,12 @@ func TestTopicName(t *testing.T) {
 		want             string
 	}{
 		{DefaultTopicTemplate, "src", tidemark.TableID{Database: "shop", Name: "orders"}, "tm.shop.orders"},
-		{"{source}-{table}", "main db", tidemark.TableID{Database: "shop", Name: "order$ 2"}, "main_db-order__2"},
-		{"{prefix}.{database}.{table}", "s", tidemark.TableID{Database: "cafés", Name: "t"}, "tm.caf__s.t"},
+		// A replaced character adds a hash of the name as written, so
+		// that names differing only there get their own topics.
+		{"{source}-{table}", "main db", tidemark.TableID{Database: "shop", Name: "order$ 2"}, "main_db-order__2-e0e1eb43"},
+		{"{prefix}.{database}.{table}", "s", tidemark.TableID{Database: "cafés", Name: "t"}, "tm.caf__s.t-6e2e8f29"},
+		{DefaultTopicTemplate, "s", tidemark.TableID{Database: "shop", Name: "жж"}, "tm.shop.____-856a4aba"},
+		{DefaultTopicTemplate, "s", tidemark.TableID{Database: "shop", Name: "ёё"}, "tm.shop.____-78a67b26"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
@@ -73,7 +77,7 @@ func TestTopicCollisionIsAnError(t *testing.T) {
 	cfg.TopicTemplate = "{prefix}.{table}"
 	s := openSink(t, cfg)
 	a := &tidemark.Table{ID: tidemark.TableID{Database: "a", Name: "t_1"}, Columns: []tidemark.Column{{Name: "id", Kind: tidemark.KindInt}}, Key: []int{0}}
-	b := &tidemark.Table{ID: tidemark.TableID{Database: "b", Name: "t$1"}, Columns: a.Columns, Key: []int{0}}
+	b := &tidemark.Table{ID: tidemark.TableID{Database: "b", Name: "t_1"}, Columns: a.Columns, Key: []int{0}}
 	batch := &tidemark.Batch{Source: "src", Changes: []tidemark.Change{
 		{Op: tidemark.OpInsert, Table: a, After: []any{int64(1)}},
 		{Op: tidemark.OpInsert, Table: b, After: []any{int64(1)}},
@@ -81,6 +85,10 @@ func TestTopicCollisionIsAnError(t *testing.T) {
 	_, err := s.Apply(context.Background(), batch)
 	if err == nil || !strings.Contains(err.Error(), "is also the topic of a.t_1") {
 		t.Fatalf("err = %v, want a topic collision naming both tables", err)
+	}
+	// The second table only: it is quarantined, the first goes on.
+	if te, ok := errors.AsType[*tidemark.TableError](err); !ok || te.Table != b.ID {
+		t.Fatalf("err = %v, want a *tidemark.TableError of b.t_1", err)
 	}
 }
 

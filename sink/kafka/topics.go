@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -32,7 +33,7 @@ func checkTemplate(t string) error {
 
 // validTopic reports whether Kafka accepts name as a topic name.
 func validTopic(name string) bool {
-	if name == "" || name == "." || name == ".." || len(name) > 249 {
+	if name == "" || name == "." || name == ".." || len(name) > maxTopicBytes {
 		return false
 	}
 	for i := 0; i < len(name); i++ {
@@ -64,15 +65,32 @@ func sanitizeTopic(s string) string {
 	return s
 }
 
-// topicName fills the template for a table of a source.
+// topicName fills the template for a table of a source. A name Kafka does
+// not allow as it is (a non-ASCII letter, a space, '$') has each such byte
+// replaced by '_' and gets a suffix: '-' and 8 hex digits of a hash of the
+// name before the replacement, so that two tables whose names differ only
+// in such characters ('жж' and 'ёё' both give "____") never share a topic.
+// A name longer than Kafka's 249 bytes is refused, naming its length.
 func (c *Config) topicName(source string, id tidemark.TableID) (string, error) {
 	r := strings.NewReplacer("{prefix}", c.TopicPrefix, "{source}", source, "{database}", id.Database, "{table}", id.Name)
-	name := sanitizeTopic(r.Replace(c.TopicTemplate))
+	full := r.Replace(c.TopicTemplate)
+	name := sanitizeTopic(full)
+	if name != full {
+		h := fnv.New32a()
+		h.Write([]byte(full))
+		name += fmt.Sprintf("-%08x", h.Sum32())
+	}
+	if len(name) > maxTopicBytes {
+		return "", fmt.Errorf("name topic of %s: template %q gives %q, which is %d bytes (Kafka allows %d): %w", id, c.TopicTemplate, name, len(name), maxTopicBytes, tidemark.ErrInvalidIdentifier)
+	}
 	if !validTopic(name) {
-		return "", fmt.Errorf("name topic of %s: template %q gives %q, which is not a valid topic name", id, c.TopicTemplate, name)
+		return "", fmt.Errorf("name topic of %s: template %q gives %q, which is not a valid topic name: %w", id, c.TopicTemplate, name, tidemark.ErrInvalidIdentifier)
 	}
 	return name, nil
 }
+
+// maxTopicBytes is Kafka's limit on a topic name.
+const maxTopicBytes = 249
 
 // topicFor returns the topic of a table, checking that no two tables (and
 // not the checkpoint topic) share it, and creating it on first sight when
@@ -82,15 +100,17 @@ func (s *Sink) topicFor(ctx context.Context, source string, id tidemark.TableID)
 	if t, ok := s.topics[k]; ok {
 		return t, nil
 	}
+	// A name that does not work is this table's problem only: a
+	// *tidemark.TableError quarantines it, the other tables go on.
 	name, err := s.cfg.topicName(source, id)
 	if err != nil {
-		return "", err
+		return "", &tidemark.TableError{Table: id, Err: err}
 	}
 	if name == s.cfg.CheckpointTopic {
-		return "", fmt.Errorf("name topic of %s: %q is the checkpoint topic", id, name)
+		return "", &tidemark.TableError{Table: id, Err: fmt.Errorf("name topic of %s: %q is the checkpoint topic: %w", id, name, tidemark.ErrInvalidIdentifier)}
 	}
 	if other, ok := s.topicOwner[name]; ok && other != k {
-		return "", fmt.Errorf("name topic of %s: %q is also the topic of %s (source %s); change topic_template", id, name, other.id, other.source)
+		return "", &tidemark.TableError{Table: id, Err: fmt.Errorf("name topic of %s: %q is also the topic of %s (source %s); change topic_template: %w", id, name, other.id, other.source, tidemark.ErrInvalidIdentifier)}
 	}
 	if s.cfg.CreateTopics {
 		if err := s.createTopic(ctx, name, s.cfg.Partitions, s.cfg.TopicConfigs); err != nil {
