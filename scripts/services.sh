@@ -14,7 +14,7 @@
 # Data, logs, pid files and sockets live under <repo>/.data/. Servers listen on 127.0.0.1 only.
 # Ports: TIDEMARK_MYSQL_PORT (default 33061), TIDEMARK_MYSQL9_PORT (default 33071),
 # TIDEMARK_PG_PORT (default 54329), TIDEMARK_KAFKA_PORT (default 19092),
-# TIDEMARK_KAFKA_CONTROLLER_PORT (default 19093), TIDEMARK_KAFKA_SASL_PORT (default 19094: SASL_SSL,
+# TIDEMARK_KAFKA_CONTROLLER_PORT (default 19093), TIDEMARK_KAFKA_SASL_PORT (default: the Kafka port + 2, 19094: SASL_SSL,
 # SCRAM and PLAIN) and TIDEMARK_KAFKA_SSL_PORT (default 19095: TLS without SASL). The ports used by
 # the last `up` are remembered in .data/ports.env, so later commands need no override.
 # TLS: a local CA and a server certificate (localhost, 127.0.0.1) made with openssl in .data/tls on
@@ -120,8 +120,10 @@ load_ports() {
 	PG_PORT=${TIDEMARK_PG_PORT:-${rec_pg:-54329}}
 	KAFKA_PORT=${TIDEMARK_KAFKA_PORT:-${rec_k:-19092}}
 	KAFKA_CTL_PORT=${TIDEMARK_KAFKA_CONTROLLER_PORT:-${rec_kc:-19093}}
-	KAFKA_SASL_PORT=${TIDEMARK_KAFKA_SASL_PORT:-${rec_ks:-19094}}
-	KAFKA_SSL_PORT=${TIDEMARK_KAFKA_SSL_PORT:-${rec_kt:-19095}}
+	# The TLS listeners default to the plain listener's port + 2 and + 3, so that a checkout
+	# started with only TIDEMARK_KAFKA_PORT (and the controller port) set gets its own.
+	KAFKA_SASL_PORT=${TIDEMARK_KAFKA_SASL_PORT:-${rec_ks:-$((KAFKA_PORT + 2))}}
+	KAFKA_SSL_PORT=${TIDEMARK_KAFKA_SSL_PORT:-${rec_kt:-$((KAFKA_PORT + 3))}}
 	REC_MY_PORT=$rec_my
 	REC_M9_PORT=$rec_m9
 	REC_PG_PORT=$rec_pg
