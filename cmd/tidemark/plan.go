@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 
 	"tidemark"
 	"tidemark/binlog"
@@ -67,6 +68,10 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "\n-- %s\n", id)
 		for _, s := range stmts {
+			if strings.HasPrefix(s, "-- ") {
+				fmt.Fprintln(stdout, s) // a note, not a statement
+				continue
+			}
 			fmt.Fprintf(stdout, "%s;\n", s)
 		}
 	}

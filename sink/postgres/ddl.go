@@ -555,7 +555,21 @@ func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, directSafe 
 			return d.wrap("alter table", err)
 		}
 	}
-	if t.align == nil || len(ev.stmts) > 0 || !sameAlignment(t.align, ev.align) {
+	drops, err := deferredKeyConstraints(ctx, tx, d, t)
+	if err != nil {
+		return err
+	}
+	for _, sp := range drops {
+		s.log.Info("dropping a deferrable constraint on the business key (the primary key enforces it; ON CONFLICT cannot use a deferrable arbiter)",
+			"table", d.display, "source_table", d.id.String(), "constraint", sp.name, "ddl", sp.drop)
+		if _, err := tx.Exec(ctx, sp.drop); err != nil {
+			return d.wrap("alter table", err)
+		}
+	}
+	if len(drops) > 0 {
+		ev.align.Indexes = t.align.Indexes
+	}
+	if t.align == nil || len(ev.stmts) > 0 || len(drops) > 0 || !sameAlignment(t.align, ev.align) {
 		if err := setAlignment(ctx, tx, d.qname, ev.align); err != nil {
 			return d.wrap("record the schema of", err)
 		}

@@ -91,24 +91,44 @@ type indexSpec struct {
 }
 
 // skippedIndex is a source index that cannot be mirrored, and why.
+// implied is set for a unique index on exactly the business key's
+// columns, which the target's primary key already enforces.
 type skippedIndex struct {
-	index  string
-	reason string
+	index   string
+	reason  string
+	implied bool
+}
+
+// impliedReason is why a unique index on the business key is not mirrored.
+const impliedReason = "the business key: enforced by the primary key, not created again"
+
+// sameColumns reports whether two column lists hold the same set.
+func sameColumns(a, b []string) bool {
+	return len(a) == len(b) && len(a) > 0 && slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
 }
 
 // indexSpecs maps the source indexes of a table to target statements.
-// types holds the target's columns and their (canonical) types.
-func indexSpecs(schema, table, qname string, soft bool, types map[string]string, idx []tidemark.Index) ([]indexSpec, []skippedIndex) {
+// types holds the target's columns and their (canonical) types; key is the
+// business key, the target's primary key.
+//
+// A unique index on exactly the business key's columns (the seed
+// incident's `UNIQUE KEY (order_id, line_item_id)` with those columns as
+// business_keys, or a UNIQUE index repeating the primary key) is not
+// mirrored: the primary key enforces the same uniqueness at once, and is
+// the arbiter of the upserts' ON CONFLICT (key). A second, DEFERRABLE
+// constraint on those columns would be inferred as an arbiter too, which
+// PostgreSQL refuses (SQLSTATE 55000).
+func indexSpecs(schema, table, qname string, soft bool, types map[string]string, key []string, idx []tidemark.Index) ([]indexSpec, []skippedIndex) {
 	var out []indexSpec
 	var skipped []skippedIndex
 	q := tidemark.QuotePostgres
 	for _, ix := range idx {
 		if ix.Type != "" && ix.Type != "BTREE" && ix.Type != "HASH" {
-			skipped = append(skipped, skippedIndex{ix.Name, fmt.Sprintf("a %s index has no PostgreSQL b-tree equivalent", ix.Type)})
+			skipped = append(skipped, skippedIndex{index: ix.Name, reason: fmt.Sprintf("a %s index has no PostgreSQL b-tree equivalent", ix.Type)})
 			continue
 		}
 		if err := tidemark.CheckIdentifier("index", ix.Name); err != nil {
-			skipped = append(skipped, skippedIndex{ix.Name, err.Error()})
+			skipped = append(skipped, skippedIndex{index: ix.Name, reason: err.Error()})
 			continue
 		}
 		if len(ix.Columns) == 0 {
@@ -136,12 +156,22 @@ func indexSpecs(schema, table, qname string, soft bool, types map[string]string,
 			parts = append(parts, expr)
 		}
 		if bad != "" {
-			skipped = append(skipped, skippedIndex{ix.Name, bad})
+			skipped = append(skipped, skippedIndex{index: ix.Name, reason: bad})
 			continue
+		}
+		if ix.Unique && !prefixed {
+			names := make([]string, len(ix.Columns))
+			for i, c := range ix.Columns {
+				names[i] = c.Name
+			}
+			if sameColumns(names, key) {
+				skipped = append(skipped, skippedIndex{index: ix.Name, reason: impliedReason, implied: true})
+				continue
+			}
 		}
 		name := pgIndexName(table, ix.Name)
 		if name == table+"_pkey" {
-			skipped = append(skipped, skippedIndex{ix.Name, "its target name " + name + " is the primary key's"})
+			skipped = append(skipped, skippedIndex{index: ix.Name, reason: "its target name " + name + " is the primary key's"})
 			continue
 		}
 		sp := indexSpec{name: name}
@@ -191,7 +221,7 @@ func (s *Sink) mirrorTx(ctx context.Context, tx pgx.Tx, id tidemark.TableID, qna
 	if err != nil {
 		return nil, &tidemark.TableError{Table: id, Err: err}
 	}
-	specs, skipped := indexSpecs(schema, table, qname, s.cfg.DeleteMode == DeleteSoft, t.types, idx)
+	specs, skipped := indexSpecs(schema, table, qname, s.cfg.DeleteMode == DeleteSoft, t.types, a.Key, idx)
 	for _, sk := range skipped {
 		s.logSkipOnce(id, sk)
 	}
@@ -236,7 +266,7 @@ func (s *Sink) mirrorTx(ctx context.Context, tx pgx.Tx, id tidemark.TableID, qna
 			continue
 		}
 		if existing[sp.name] {
-			s.logSkipOnce(id, skippedIndex{sp.name, "the target table already has an index of that name that tidemark did not create"})
+			s.logSkipOnce(id, skippedIndex{index: sp.name, reason: "the target table already has an index of that name that tidemark did not create"})
 			continue
 		}
 		stmts = append(stmts, sp.create)
@@ -264,6 +294,70 @@ func (s *Sink) mirrorTx(ctx context.Context, tx pgx.Tx, id tidemark.TableID, qna
 	return stmts, nil
 }
 
+// deferredKeyConstraints finds the DEFERRABLE unique constraints of the
+// existing target table t (d's) on exactly the business key's columns.
+// PostgreSQL infers every unique index on the ON CONFLICT columns as an
+// arbiter and refuses a deferrable one (SQLSTATE 55000), so each of them
+// would stop every upsert into the table. Releases before the business key
+// was compared with the unique indexes mirrored such a source index (the
+// seed incident's `UNIQUE KEY (order_id, line_item_id)` with those columns
+// as business_keys): a constraint the alignment records as tidemark's own
+// is dropped — the primary key enforces the same uniqueness, immediately —
+// and the statements are returned. One tidemark did not create is not
+// touched: a *tidemark.TableError naming it quarantines the table.
+func deferredKeyConstraints(ctx context.Context, tx pgx.Tx, d *tableDef, t *targetTable) ([]indexSpec, error) {
+	key := slices.Sorted(slices.Values(d.table.KeyNames()))
+	rows, err := tx.Query(ctx, `SELECT c.conname::text FROM pg_constraint c JOIN pg_index i ON i.indexrelid = c.conindid
+WHERE c.conrelid = $1::regclass AND c.contype = 'u' AND c.condeferrable AND i.indexprs IS NULL AND i.indpred IS NULL
+  AND (SELECT array_agg(a.attname::text ORDER BY a.attname COLLATE "C") FROM pg_attribute a
+       WHERE a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey::int2[])) = $2::text[]
+ORDER BY 1`, d.qname, key)
+	if err != nil {
+		return nil, d.wrap("read the unique constraints of", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, d.wrap("read the unique constraints of", err)
+	}
+	var drops []indexSpec
+	for _, n := range names {
+		if t.align == nil || t.align.Indexes[n] == "" {
+			return nil, d.incompatible("constraint %q on the business key (%s) is DEFERRABLE: ON CONFLICT cannot use it as the upserts' arbiter; "+
+				"drop it (the primary key enforces the same uniqueness) or make it NOT DEFERRABLE", n, strings.Join(d.table.KeyNames(), ", "))
+		}
+		drops = append(drops, indexSpec{name: n, drop: fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT %s", d.qname, tidemark.QuotePostgres(n))})
+		delete(t.align.Indexes, n)
+	}
+	if t.align != nil && len(t.align.Indexes) == 0 {
+		t.align.Indexes = nil
+	}
+	return drops, nil
+}
+
+// arbiterNotes are plan's comments on a table it creates: the upserts'
+// arbiter, and the unique indexes it stands for.
+func (s *Sink) arbiterNotes(d *tableDef, idx []tidemark.Index) []string {
+	q := make([]string, len(d.table.Key))
+	for i, n := range d.table.KeyNames() {
+		q[i] = tidemark.QuotePostgres(n)
+	}
+	out := []string{fmt.Sprintf("-- upserts: ON CONFLICT (%s), the primary key (not deferrable)", strings.Join(q, ", "))}
+	if s.cfg.SkipIndexes {
+		return out
+	}
+	types := map[string]string{}
+	for i, c := range d.table.Columns {
+		types[c.Name] = canonType(d.types[i])
+	}
+	_, skipped := indexSpecs(d.schema, d.name, d.qname, d.soft, types, d.table.KeyNames(), idx)
+	for _, sk := range skipped {
+		if sk.implied {
+			out = append(out, fmt.Sprintf("-- source index %s is %s", sk.index, sk.reason))
+		}
+	}
+	return out
+}
+
 // logSkipOnce logs, once per process, that an index is not mirrored.
 func (s *Sink) logSkipOnce(id tidemark.TableID, sk skippedIndex) {
 	key := id.String() + "\x00" + sk.index + "\x00" + sk.reason
@@ -271,7 +365,11 @@ func (s *Sink) logSkipOnce(id tidemark.TableID, sk skippedIndex) {
 	seen := s.skipLogged[key]
 	s.skipLogged[key] = true
 	s.mu.Unlock()
-	if !seen {
+	switch {
+	case seen:
+	case sk.implied:
+		s.log.Info("index not mirrored", "source_table", id.String(), "index", sk.index, "reason", sk.reason)
+	default:
 		s.log.Warn("index not mirrored", "source_table", id.String(), "index", sk.index, "reason", sk.reason)
 	}
 }
@@ -344,6 +442,7 @@ func (s *Sink) Plan(ctx context.Context, t *tidemark.Table, idx []tidemark.Index
 					out = append(out, "CREATE SCHEMA IF NOT EXISTS "+tidemark.QuotePostgres(d.schema))
 				}
 				out = append(out, d.createTableSQL)
+				out = append(out, s.arbiterNotes(d, idx)...)
 				tt.types = map[string]string{}
 				for i, c := range d.table.Columns {
 					tt.types[c.Name] = canonType(d.types[i])
@@ -356,6 +455,13 @@ func (s *Sink) Plan(ctx context.Context, t *tidemark.Table, idx []tidemark.Index
 				out = append(out, ev.stmts...)
 				if tt.align != nil {
 					a = tt.align
+				}
+				drops, err := deferredKeyConstraints(ctx, tx, d, tt)
+				if err != nil {
+					return err
+				}
+				for _, sp := range drops {
+					out = append(out, sp.drop)
 				}
 			}
 			if s.cfg.SkipIndexes {

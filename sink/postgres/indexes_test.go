@@ -36,24 +36,36 @@ func TestIndexSpecs(t *testing.T) {
 		{Name: "gone", Type: "BTREE", Columns: []tidemark.IndexColumn{{Name: "secret"}}},
 		{Name: "bad\"name", Type: "BTREE", Columns: []tidemark.IndexColumn{{Name: "a"}}},
 		{Name: "pkey", Type: "BTREE", Columns: []tidemark.IndexColumn{{Name: "a"}}},
+		// The business key (a, b): a unique index on its columns, in any
+		// order, is the primary key's; a superset, a subset and a prefix
+		// are mirrored.
+		{Name: "bk", Unique: true, Type: "BTREE", Columns: []tidemark.IndexColumn{{Name: "b"}, {Name: "a"}}},
+		{Name: "bksup", Unique: true, Type: "BTREE", Columns: []tidemark.IndexColumn{{Name: "a"}, {Name: "b"}, {Name: "id"}}},
+		{Name: "bksub", Unique: true, Type: "BTREE", Columns: []tidemark.IndexColumn{{Name: "a"}}},
+		{Name: "bknu", Type: "BTREE", Columns: []tidemark.IndexColumn{{Name: "a"}, {Name: "b"}}},
 	}
 	q := `"s"."t"`
 	for _, soft := range []bool{false, true} {
-		specs, skipped := indexSpecs("s", "t", q, soft, types, idx)
+		specs, skipped := indexSpecs("s", "t", q, soft, types, []string{"a", "b"}, idx)
 		got := map[string]string{}
 		for _, sp := range specs {
 			got[sp.name] = sp.create
 		}
 		want := map[string]string{
-			"t_uq":  `ALTER TABLE "s"."t" ADD CONSTRAINT "t_uq" UNIQUE ("email") DEFERRABLE INITIALLY DEFERRED`,
-			"t_uqp": `ALTER TABLE "s"."t" ADD CONSTRAINT "t_uqp" EXCLUDE USING btree ((left("email", 5)) WITH =, "a" WITH =) DEFERRABLE INITIALLY DEFERRED`,
-			"t_kb":  `CREATE INDEX "t_kb" ON "s"."t" ((substring("blob" from 1 for 8)), "b" DESC)`,
-			"t_h":   `CREATE INDEX "t_h" ON "s"."t" ("a")`,
+			"t_uq":    `ALTER TABLE "s"."t" ADD CONSTRAINT "t_uq" UNIQUE ("email") DEFERRABLE INITIALLY DEFERRED`,
+			"t_uqp":   `ALTER TABLE "s"."t" ADD CONSTRAINT "t_uqp" EXCLUDE USING btree ((left("email", 5)) WITH =, "a" WITH =) DEFERRABLE INITIALLY DEFERRED`,
+			"t_kb":    `CREATE INDEX "t_kb" ON "s"."t" ((substring("blob" from 1 for 8)), "b" DESC)`,
+			"t_h":     `CREATE INDEX "t_h" ON "s"."t" ("a")`,
+			"t_bksup": `ALTER TABLE "s"."t" ADD CONSTRAINT "t_bksup" UNIQUE ("a", "b", "id") DEFERRABLE INITIALLY DEFERRED`,
+			"t_bksub": `ALTER TABLE "s"."t" ADD CONSTRAINT "t_bksub" UNIQUE ("a") DEFERRABLE INITIALLY DEFERRED`,
+			"t_bknu":  `CREATE INDEX "t_bknu" ON "s"."t" ("a", "b")`,
 		}
 		if soft {
 			// Tombstones keep their values: uniqueness is over live rows.
 			want["t_uq"] = `ALTER TABLE "s"."t" ADD CONSTRAINT "t_uq" EXCLUDE USING btree ("email" WITH =) WHERE (NOT "_tm_deleted") DEFERRABLE INITIALLY DEFERRED`
 			want["t_uqp"] = `ALTER TABLE "s"."t" ADD CONSTRAINT "t_uqp" EXCLUDE USING btree ((left("email", 5)) WITH =, "a" WITH =) WHERE (NOT "_tm_deleted") DEFERRABLE INITIALLY DEFERRED`
+			want["t_bksup"] = `ALTER TABLE "s"."t" ADD CONSTRAINT "t_bksup" EXCLUDE USING btree ("a" WITH =, "b" WITH =, "id" WITH =) WHERE (NOT "_tm_deleted") DEFERRABLE INITIALLY DEFERRED`
+			want["t_bksub"] = `ALTER TABLE "s"."t" ADD CONSTRAINT "t_bksub" EXCLUDE USING btree ("a" WITH =) WHERE (NOT "_tm_deleted") DEFERRABLE INITIALLY DEFERRED`
 		}
 		for n, w := range want {
 			if got[n] != w {
@@ -67,7 +79,7 @@ func TestIndexSpecs(t *testing.T) {
 		for _, sk := range skipped {
 			names = append(names, sk.index)
 		}
-		if strings.Join(names, ",") != `ft,sp,gone,bad"name,pkey` {
+		if strings.Join(names, ",") != `ft,sp,gone,bad"name,pkey,bk` || !skipped[len(skipped)-1].implied {
 			t.Errorf("skipped %v", skipped)
 		}
 	}
