@@ -21,7 +21,7 @@ import (
 var ErrDuplicateKeys = errors.New("duplicate business keys in target")
 
 // Canonical forms: the text both sides produce per kind. The row hash is
-// the first 64 bits of the MD5 of the values in column order joined by "|",
+// the first 64 bits of the SHA-256 of the values in column order joined by "|",
 // each value its canonical text — as "<byte length>:<text>" for the
 // free-form kinds (LengthPrefixed) — and NULL as "N". The fixed-format
 // texts (digits, signs, '.', ':', ' ', '-', hex) never hold "|" or "N", and

@@ -94,10 +94,10 @@ func vZeroGuard(q, e string) string {
 	return fmt.Sprintf("IF(YEAR(%s) = 0 OR MONTH(%s) = 0 OR DAYOFMONTH(%s) = 0, NULL, %s)", q, q, q, e)
 }
 
-// vCanon returns the MariaDB expression of a column's canonical text
+// vCanon returns the source's expression of a column's canonical text
 // (tidemark's canonical forms; see tidemark.GoCompared for float and JSON,
 // which are returned as exact text for comparison in Go).
-func vCanon(c *tidemark.Column) string {
+func vCanon(c *tidemark.Column, flavor string) string {
 	q := tidemark.QuoteMySQL(c.Name)
 	switch c.Kind {
 	case tidemark.KindInt, tidemark.KindUint, tidemark.KindDecimal:
@@ -115,32 +115,40 @@ func vCanon(c *tidemark.Column) string {
 		// the source zone). TIMESTAMP: UTC (session time_zone '+00:00').
 		return vZeroGuard(q, "DATE_FORMAT("+q+", '%Y-%m-%d %H:%i:%s.%f')")
 	case tidemark.KindTime:
-		return "CAST(CAST(TIME_TO_SEC(" + q + ") * 1000000 AS SIGNED) AS CHAR)"
+		// Microseconds, signed. Not TIME_TO_SEC(q) * 1000000: MySQL's
+		// TIME_TO_SEC drops the fraction (MariaDB's keeps it), so
+		// '-00:00:00.000001' read 0. HOUR…MICROSECOND are magnitudes.
+		return fmt.Sprintf("CAST(CAST(IF(%[1]s < TIME'00:00:00', -1, 1) * ((HOUR(%[1]s) * 3600 + MINUTE(%[1]s) * 60 + SECOND(%[1]s)) * 1000000 + MICROSECOND(%[1]s)) AS SIGNED) AS CHAR)", q)
 	case tidemark.KindFloat, tidemark.KindDouble:
-		// Exact: FLOAT widens to DOUBLE without loss and DOUBLE prints the
-		// shortest text that reads back to the same value.
+		// Exact: FLOAT widens to DOUBLE without loss. MariaDB prints a
+		// DOUBLE as the shortest text that reads back to the same value;
+		// MySQL's CAST(… AS CHAR) keeps 16 digits (-1.797693134862316e308,
+		// another double), its JSON text the shortest round trip.
+		if flavor == FlavorMySQL {
+			return "CAST(CAST(CAST(" + q + " AS DOUBLE) AS JSON) AS CHAR)"
+		}
 		return "CAST(CAST(" + q + " AS DOUBLE) AS CHAR)"
 	}
 	return "NULL"
 }
 
 // vRowHash returns the expression of a row's 64-bit hash: the first 16 hex
-// digits of the MD5 of the canonical texts of every column not compared in
+// digits of the SHA-256 of the canonical texts of every column not compared in
 // Go, in tidemark.RowHashInput's encoding.
-func vRowHash(t *tidemark.Table) string {
-	return "CAST(CONV(" + vRowHashHex(t) + ", 16, 10) AS UNSIGNED)"
+func vRowHash(t *tidemark.Table, flavor string) string {
+	return "CAST(CONV(" + vRowHashHex(t, flavor) + ", 16, 10) AS UNSIGNED)"
 }
 
 // vRowHashHex is the same 64 bits as 16 hex digits: cheaper for the server
 // to produce per row than a number (Digests parses them).
-func vRowHashHex(t *tidemark.Table) string {
+func vRowHashHex(t *tidemark.Table, flavor string) string {
 	var parts []string
 	for i := range t.Columns {
 		c := &t.Columns[i]
 		if tidemark.GoCompared(c.Kind) {
 			continue
 		}
-		b := "CAST(" + vCanon(c) + " AS BINARY)"
+		b := "CAST(" + vCanon(c, flavor) + " AS BINARY)"
 		if tidemark.LengthPrefixed(c.Kind) {
 			parts = append(parts, "IFNULL(CONCAT(LENGTH("+b+"), ':', "+b+"), 'N')")
 		} else {
@@ -150,7 +158,7 @@ func vRowHashHex(t *tidemark.Table) string {
 	if len(parts) == 0 {
 		parts = []string{"''"}
 	}
-	return "LEFT(MD5(CONCAT_WS('|', " + strings.Join(parts, ", ") + ")), 16)"
+	return "LEFT(SHA2(CONCAT_WS('|', " + strings.Join(parts, ", ") + "), 256), 16)"
 }
 
 // vKeyOrder returns the expression a key column is ordered and compared by:
@@ -305,10 +313,10 @@ func vRangeQuery(spec *tidemark.VerifySpec, r tidemark.KeyRange) (*vQuery, error
 	return q, nil
 }
 
-func vKeyCanon(t *tidemark.Table) []string {
+func vKeyCanon(t *tidemark.Table, flavor string) []string {
 	out := make([]string, len(t.Key))
 	for i, k := range t.Key {
-		out[i] = vCanon(&t.Columns[k])
+		out[i] = vCanon(&t.Columns[k], flavor)
 	}
 	return out
 }
@@ -348,7 +356,7 @@ func (v *Verifier) NextBound(ctx context.Context, spec *tidemark.VerifySpec, lo 
 	if err != nil {
 		return nil, false, err
 	}
-	sql := "SELECT " + strings.Join(vKeyCanon(spec.Table), ", ") + " FROM " + vTable(spec) + q.whereSQL() +
+	sql := "SELECT " + strings.Join(vKeyCanon(spec.Table, v.cfg.Flavor), ", ") + " FROM " + vTable(spec) + q.whereSQL() +
 		vOrderBy(spec.Table) + " LIMIT 1 OFFSET ?"
 	r, err := v.exec(ctx, sql, append(q.args, int64(rows-1))...)
 	if err != nil {
@@ -370,7 +378,7 @@ func (v *Verifier) Checksum(ctx context.Context, spec *tidemark.VerifySpec, kr t
 	if err != nil {
 		return tidemark.ChunkChecksum{}, err
 	}
-	sql := "SELECT COUNT(*), CAST(COALESCE(BIT_XOR(" + vRowHash(spec.Table) + "), 0) AS CHAR) FROM " + vTable(spec) + q.whereSQL()
+	sql := "SELECT COUNT(*), CAST(COALESCE(BIT_XOR(" + vRowHash(spec.Table, v.cfg.Flavor) + "), 0) AS CHAR) FROM " + vTable(spec) + q.whereSQL()
 	r, err := v.exec(ctx, sql, q.args...)
 	if err != nil {
 		return tidemark.ChunkChecksum{}, fmt.Errorf("checksum %s %s on source: %w", spec.Table.ID, kr, err)
@@ -390,11 +398,11 @@ func (v *Verifier) Digests(ctx context.Context, spec *tidemark.VerifySpec, kr ti
 	if err != nil {
 		return nil, err
 	}
-	sel := vKeyCanon(spec.Table)
-	sel = append(sel, vRowHashHex(spec.Table))
+	sel := vKeyCanon(spec.Table, v.cfg.Flavor)
+	sel = append(sel, vRowHashHex(spec.Table, v.cfg.Flavor))
 	goCols := spec.GoColumns()
 	for _, i := range goCols {
-		sel = append(sel, vCanon(&spec.Table.Columns[i]))
+		sel = append(sel, vCanon(&spec.Table.Columns[i], v.cfg.Flavor))
 	}
 	r, err := v.exec(ctx, "SELECT "+strings.Join(sel, ", ")+" FROM "+vTable(spec)+q.whereSQL()+vOrderBy(spec.Table), q.args...)
 	if err != nil {
@@ -428,7 +436,7 @@ func (v *Verifier) Rows(ctx context.Context, spec *tidemark.VerifySpec, keys [][
 	}
 	sel := make([]string, len(spec.Table.Columns))
 	for i := range spec.Table.Columns {
-		sel[i] = vCanon(&spec.Table.Columns[i])
+		sel[i] = vCanon(&spec.Table.Columns[i], v.cfg.Flavor)
 	}
 	out := map[string][]*string{}
 	for _, key := range keys {
@@ -447,7 +455,7 @@ func (v *Verifier) Rows(ctx context.Context, spec *tidemark.VerifySpec, keys [][
 				// Keys that cannot bound a range (float, time, bit...)
 				// are matched by their canonical text.
 				q.args = append(q.args, key[i])
-				q.where = append(q.where, vCanon(c)+" = ?")
+				q.where = append(q.where, vCanon(c, v.cfg.Flavor)+" = ?")
 			}
 			if err != nil {
 				return nil, fmt.Errorf("read rows of %s: %w", spec.Table.ID, err)

@@ -2,6 +2,8 @@ package binlog
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -141,7 +143,7 @@ func (t *Tailer) Doctor(ctx context.Context, stored *tidemark.Position, lagBudge
 			Fix: "the settings could not be read: see source privileges"}}
 	}
 	out = append(out, checks...)
-	out = append(out, t.privilegeCheck(ctx), t.retentionCheck(ctx, lagBudget), t.zoneCheck(ctx))
+	out = append(out, t.privilegeCheck(ctx), t.retentionCheck(ctx, lagBudget), t.zoneCheck(ctx), t.hashCheck(ctx))
 	if stored != nil {
 		c := tidemark.Check{Name: "source identity vs checkpoint", Status: tidemark.CheckOK, Found: stored.String()}
 		res, err := t.Resolve(ctx, *stored)
@@ -266,6 +268,32 @@ func (t *Tailer) retentionCheck(ctx context.Context, budget time.Duration) tidem
 		c.Fix = fmt.Sprintf("keep binlogs at least as long as tidemark may be stopped or behind: SET GLOBAL binlog_expire_logs_seconds = %d (and in the server's config), or lower source.lag_budget; a purged position needs a catch-up (fallback)", int64(budget/time.Second))
 	default:
 		c.Found = fmt.Sprintf("expire %s ≥ lag budget %s", expire, budget)
+	}
+	return c
+}
+
+// hashCheck runs the row and key hash the keydiff fallback and `tidemark
+// verify` compute on the source (SHA2(…, 256), see keyHashMy and
+// vRowHashHex) and compares it with the same hash computed here: a server
+// without it (MD5() is gone from MySQL 9.6, and SHA2() is NULL on a server
+// built without TLS) would fail those mid-run.
+func (t *Tailer) hashCheck(ctx context.Context) tidemark.Check {
+	const probe = "tidemark|1:a"
+	sum := sha256.Sum256([]byte(probe))
+	want := hex.EncodeToString(sum[:])
+	c := tidemark.Check{Name: "source row hash (SHA2)", Status: tidemark.CheckOK, Found: "SHA2(…, 256) matches"}
+	r, err := t.query(ctx, "SELECT SHA2(?, 256)", probe)
+	var got string
+	if err == nil {
+		got, _ = r.GetString(0, 0)
+	}
+	if err != nil || got != want {
+		found := "SHA2('" + probe + "', 256) = '" + got + "'"
+		if err != nil {
+			found = redact(err, t.cfg.Password).Error()
+		}
+		c.Status, c.Found = tidemark.CheckFix, found
+		c.Fix = "delete_detection: keydiff and tidemark verify hash rows with SHA2(…, 256) on the source; use a server build that has SHA2 (MariaDB 10.x, MySQL 8.0+ with TLS support)"
 	}
 	return c
 }

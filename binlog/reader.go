@@ -602,7 +602,8 @@ func (rt *readTable) keyCanon() (string, error) {
 		c := &rt.table.Columns[k]
 		switch c.Kind {
 		case tidemark.KindInt, tidemark.KindUint, tidemark.KindText:
-			b := "CAST(" + vCanon(c) + " AS BINARY)"
+			// integer and text: one canonical form on both flavors
+			b := "CAST(" + vCanon(c, FlavorMariaDB) + " AS BINARY)"
 			parts = append(parts, "IFNULL(CONCAT(LENGTH("+b+"), ':', "+b+"), 'N')")
 		default:
 			return "", fmt.Errorf("key diff of %s: key column %s is %s; key diff supports integer and text keys", rt.table.ID, c.Name, c.Kind)
@@ -625,8 +626,11 @@ func (rt *readTable) keyOrder() []string {
 }
 
 // KeySumSQL is the per-key hash both sides compute: the first 15 hex digits
-// (60 bits) of MD5 of the key's canonical text, summed as a decimal.
-const keyHashMy = "CAST(CONV(SUBSTRING(MD5(%s), 1, 15), 16, 10) AS UNSIGNED)"
+// (60 bits) of the SHA-256 of the key's canonical text, summed as a decimal.
+// SHA2(), not MD5(): MySQL 9.6 removed MD5() (into a component), and every
+// supported server (MariaDB 10.x, MySQL 8.0–9.x) has SHA2(); `tidemark
+// doctor` checks it.
+const keyHashMy = "CAST(CONV(SUBSTRING(SHA2(%s, 256), 1, 15), 16, 10) AS UNSIGNED)"
 
 // KeyChunk implements tidemark.SnapshotSource.
 func (r *Reader) KeyChunk(ctx context.Context, id tidemark.TableID, after []any, limit int) (tidemark.KeyChunk, error) {

@@ -21,7 +21,7 @@ func (f *fixture) purgeBinlogs(t *testing.T) {
 	if err := harness.Exec(f.my, "FLUSH BINARY LOGS"); err != nil {
 		t.Fatal(err)
 	}
-	r, err := f.my.Execute("SHOW MASTER STATUS")
+	r, err := f.my.Execute(f.binlogStatusSQL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,10 @@ func (f *fixture) runCatchup(t *testing.T, config string, extra ...string) strin
 // bounded reads and a key diff, reattaches to the binlog, and keeps
 // streaming.
 func TestFallbackAfterPurge(t *testing.T) {
-	f := newFixture(t)
+	eachSource(t, testFallbackAfterPurge)
+}
+
+func testFallbackAfterPurge(t *testing.T, f *fixture) {
 	db := randName("it_fb_")
 	f.dropLater(t, db, db)
 	w := &harness.Workload{My: f.my, Database: db, Zone: "Asia/Kolkata", Rand: rand.New(rand.NewPCG(21, 22)), BigTxRows: 100}

@@ -57,6 +57,50 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newFixtureWith(t, env)
+}
+
+// newMySQLFixture is newFixture with the real MySQL 9.7 of
+// scripts/services.sh as the source (flavor mysql).
+func newMySQLFixture(t *testing.T) *fixture {
+	t.Helper()
+	env, err := harness.EnvFromOS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env, err = env.MySQL9(); err != nil {
+		t.Fatal(err)
+	}
+	return newFixtureWith(t, env)
+}
+
+// eachSource runs body as a subtest on each source server: MariaDB 10.11
+// and the real MySQL 9.7.
+func eachSource(t *testing.T, body func(t *testing.T, f *fixture)) {
+	t.Run("mariadb", func(t *testing.T) { body(t, newFixture(t)) })
+	t.Run("mysql", func(t *testing.T) { body(t, newMySQLFixture(t)) })
+}
+
+// flavorYAML is the source's flavor line of a daemon config ("" for
+// MariaDB, the default).
+func (f *fixture) flavorYAML() string {
+	if f.env.Flavor == "mysql" {
+		return "  flavor: mysql\n"
+	}
+	return ""
+}
+
+// binlogStatusSQL is the statement that shows the binlog file being
+// written: MySQL 8.4 removed SHOW MASTER STATUS.
+func (f *fixture) binlogStatusSQL() string {
+	if f.env.Flavor == "mysql" {
+		return "SHOW BINARY LOG STATUS"
+	}
+	return "SHOW MASTER STATUS"
+}
+
+func newFixtureWith(t *testing.T, env harness.Env) *fixture {
+	t.Helper()
 	my, err := env.MySQL()
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +145,7 @@ func (f *fixture) configYAMLWith(t *testing.T, source, db, targetSchema, zone st
 	t.Helper()
 	y := fmt.Sprintf(`source:
   name: %s
-  addr: %s
+%s  addr: %s
   user: %s
   password: ${TM_IT_MYSQL_PASSWORD}
   server_id: %d
@@ -117,7 +161,7 @@ batch:
   max_delay: 50ms
 log:
   level: info
-`, source, f.env.MySQLAddr, f.env.MySQLUser, 5000+time.Now().UnixNano()%1000, zone, db, start.String(), targetSchema) + extra
+`, source, f.flavorYAML(), f.env.MySQLAddr, f.env.MySQLUser, 5000+time.Now().UnixNano()%1000, zone, db, start.String(), targetSchema) + extra
 	if !strings.Contains(extra, "metrics:") {
 		// Daemons of different tests must not fight over the default
 		// metrics port; TestMetricsMatchWorkload sets one.

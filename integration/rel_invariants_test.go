@@ -81,8 +81,8 @@ func (f *fixture) relConfig(t *testing.T, source, db string, o relOpts) string {
 		o.Level = "info"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "source:\n  name: %s\n  addr: %s\n  user: %s\n  password: ${TM_IT_MYSQL_PASSWORD}\n  server_id: %d\n  time_zone: %s\n  include: [\"%s.*\"]\n  heartbeat: %s\n",
-		source, o.Addr, f.env.MySQLUser, 6000+rand.IntN(50000), o.Zone, db, o.Heartbeat)
+	fmt.Fprintf(&b, "source:\n  name: %s\n%s  addr: %s\n  user: %s\n  password: ${TM_IT_MYSQL_PASSWORD}\n  server_id: %d\n  time_zone: %s\n  include: [\"%s.*\"]\n  heartbeat: %s\n",
+		source, f.flavorYAML(), o.Addr, f.env.MySQLUser, 6000+rand.IntN(50000), o.Zone, db, o.Heartbeat)
 	if !o.Start.IsZero() {
 		fmt.Fprintf(&b, "  start_position: %q\n", o.Start.String())
 	}

@@ -14,7 +14,16 @@ import (
 // env).
 type Env struct {
 	MySQLAddr, MySQLUser, MySQLPassword string
-	PGDSN                               string
+	// Flavor is the source's binlog flavor: "mariadb" (the MariaDB of
+	// TIDEMARK_TEST_MYSQL_*) or "mysql" (the real MySQL 9.7 of
+	// TIDEMARK_TEST_MYSQL9_*, see MySQL9).
+	Flavor string
+	// MySQL9Addr, MySQL9User and MySQL9Password are the real MySQL 9.7
+	// (TIDEMARK_TEST_MYSQL9_*); MySQL9Root is the Debian-unstable root it
+	// runs from (TIDEMARK_TEST_MYSQL9_ROOT), for tests that start a second
+	// mysqld.
+	MySQL9Addr, MySQL9User, MySQL9Password, MySQL9Root string
+	PGDSN                                              string
 	// KafkaBrokers are the seed brokers of the local Apache Kafka broker
 	// (TIDEMARK_TEST_KAFKA_BROKERS, comma-separated); see KafkaOrError.
 	KafkaBrokers []string
@@ -26,6 +35,9 @@ func EnvFromOS() (Env, error) {
 	e := Env{
 		MySQLAddr: os.Getenv("TIDEMARK_TEST_MYSQL_ADDR"), MySQLUser: os.Getenv("TIDEMARK_TEST_MYSQL_USER"),
 		MySQLPassword: os.Getenv("TIDEMARK_TEST_MYSQL_PASSWORD"), PGDSN: os.Getenv("TIDEMARK_TEST_PG_DSN"),
+		Flavor:     "mariadb",
+		MySQL9Addr: os.Getenv("TIDEMARK_TEST_MYSQL9_ADDR"), MySQL9User: os.Getenv("TIDEMARK_TEST_MYSQL9_USER"),
+		MySQL9Password: os.Getenv("TIDEMARK_TEST_MYSQL9_PASSWORD"), MySQL9Root: os.Getenv("TIDEMARK_TEST_MYSQL9_ROOT"),
 	}
 	for _, b := range strings.Split(os.Getenv("TIDEMARK_TEST_KAFKA_BROKERS"), ",") {
 		if b = strings.TrimSpace(b); b != "" {
@@ -47,11 +59,30 @@ func (e Env) Kafka() ([]string, error) {
 	return e.KafkaBrokers, nil
 }
 
+// MySQL9 returns the settings with the real MySQL 9.7 as the source
+// (Flavor "mysql"), or an error naming the variable and the command that
+// starts it when it is not set.
+func (e Env) MySQL9() (Env, error) {
+	if e.MySQL9Addr == "" {
+		return e, fmt.Errorf("TIDEMARK_TEST_MYSQL9_ADDR is not set: run `scripts/services.sh up` (it starts the real MySQL 9.7) and `eval \"$(scripts/services.sh env)\"` (make test does both)")
+	}
+	e.MySQLAddr, e.MySQLUser, e.MySQLPassword, e.Flavor = e.MySQL9Addr, e.MySQL9User, e.MySQL9Password, "mysql"
+	return e, nil
+}
+
+// ServerName is the source server's name for messages.
+func (e Env) ServerName() string {
+	if e.Flavor == "mysql" {
+		return "MySQL"
+	}
+	return "MariaDB"
+}
+
 // MySQL opens a source connection.
 func (e Env) MySQL() (*client.Conn, error) {
 	c, err := client.Connect(e.MySQLAddr, e.MySQLUser, e.MySQLPassword, "")
 	if err != nil {
-		return nil, fmt.Errorf("connect to MariaDB at %s: %w", e.MySQLAddr, err)
+		return nil, fmt.Errorf("connect to %s at %s: %w", e.ServerName(), e.MySQLAddr, err)
 	}
 	return c, nil
 }

@@ -6,11 +6,13 @@
 package workload
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 
 	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"tidemark"
 )
@@ -201,7 +203,17 @@ func (w *Workload) Run(n int) error {
 func SourcePosition(my *client.Conn) (tidemark.Position, error) {
 	r, err := my.Execute("SELECT @@gtid_binlog_pos")
 	if err != nil {
-		return tidemark.Position{}, fmt.Errorf("read gtid_binlog_pos: %w", err)
+		// MySQL: no gtid_binlog_pos; its GTID set is gtid_executed
+		// (printed with a newline after each comma).
+		var me *mysql.MyError
+		if !errors.As(err, &me) || me.Code != mysql.ER_UNKNOWN_SYSTEM_VARIABLE {
+			return tidemark.Position{}, fmt.Errorf("read gtid_binlog_pos: %w", err)
+		}
+		if r, err = my.Execute("SELECT @@gtid_executed"); err != nil {
+			return tidemark.Position{}, fmt.Errorf("read gtid_executed: %w", err)
+		}
+		s, _ := r.GetString(0, 0)
+		return tidemark.Position{GTID: strings.ReplaceAll(s, "\n", "")}, nil
 	}
 	s, _ := r.GetString(0, 0)
 	return tidemark.Position{GTID: s}, nil

@@ -119,7 +119,7 @@ func vRowHashHex(spec *tidemark.VerifySpec, a *vArgs) string {
 	if len(parts) == 0 {
 		parts = []string{"''"}
 	}
-	return "left(md5(" + strings.Join(parts, " || '|' || ") + "), 16)"
+	return "left(" + sha256Hex(strings.Join(parts, " || '|' || ")) + ", 16)"
 }
 
 func vKeyOrder(c *tidemark.Column) string {
@@ -619,4 +619,11 @@ func (s *Sink) Now(ctx context.Context) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("read target clock: %w", redact(err, s.secret))
 	}
 	return t.UTC(), nil
+}
+
+// sha256Hex is the lower-case hex SHA-256 of a text expression's UTF-8
+// bytes: what the source's SHA2(…, 256) computes over the same text (MD5 is
+// gone from MySQL 9.6).
+func sha256Hex(text string) string {
+	return "encode(sha256(convert_to(" + text + ", 'UTF8')), 'hex')"
 }

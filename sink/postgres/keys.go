@@ -125,7 +125,7 @@ func (s *Sink) KeyRangeSum(ctx context.Context, table *tidemark.Table, after, up
 	if err != nil {
 		return tidemark.KeySum{}, err
 	}
-	q := "SELECT count(*), coalesce(sum(('x' || substr(md5(" + canon + "), 1, 15))::bit(60)::bigint), 0)::text FROM " + d.qname + where
+	q := "SELECT count(*), coalesce(sum(('x' || substr(" + sha256Hex(canon) + ", 1, 15))::bit(60)::bigint), 0)::text FROM " + d.qname + where
 	var sum tidemark.KeySum
 	err = s.retry(ctx, "sum keys of "+d.display, func(ctx context.Context) error {
 		return s.pool.QueryRow(ctx, q, args...).Scan(&sum.Count, &sum.Sum)
