@@ -304,6 +304,14 @@ func (s *Sink) plan(b *tidemark.Batch) (*batchPlan, error) {
 			p.groups = append(p.groups, g)
 		}
 		if err := encodeRow(&g.rows, o); err != nil {
+			var ve *tidemark.ValueError
+			if errors.As(err, &ve) {
+				// A value the target cannot hold (a NUL byte in text or
+				// in a JSON string, a NULL key…) is its table's problem
+				// only: the table is quarantined, on every path (stream,
+				// snapshot, catch-up), naming the column.
+				return nil, &tidemark.TableError{Table: o.def.id, Err: err}
+			}
 			return nil, err
 		}
 		if len(g.rows.rows) == 1 || o.version.Compare(g.minVersion) < 0 {

@@ -225,6 +225,9 @@ func appendBody(buf []byte, c *tidemark.Column, v any) ([]byte, string) {
 		if !json.Valid([]byte(x)) {
 			return buf, "not valid JSON"
 		}
+		if jsonHasNUL(string(x)) {
+			return buf, `JSON string contains a NUL byte (\u0000), which PostgreSQL jsonb cannot store`
+		}
 		buf = append(buf, 1) // jsonb binary format version
 		return append(buf, x...), ""
 	}
@@ -288,4 +291,21 @@ func copySQL(table string, columns []string) string {
 		q[i] = tidemark.QuotePostgres(c)
 	}
 	return "COPY " + table + " (" + strings.Join(q, ", ") + ") FROM STDIN (FORMAT binary)"
+}
+
+// jsonHasNUL reports whether valid JSON text holds the escape \u0000 in a
+// string (a raw NUL byte is not valid JSON). An escaped backslash followed
+// by "u0000" is not one.
+func jsonHasNUL(s string) bool {
+	for i := strings.Index(s, `\`); i >= 0 && i+1 < len(s); {
+		if s[i+1] == 'u' && strings.HasPrefix(s[i+2:], "0000") {
+			return true
+		}
+		j := strings.Index(s[i+2:], `\`)
+		if j < 0 {
+			return false
+		}
+		i += 2 + j
+	}
+	return false
 }

@@ -104,3 +104,24 @@ func numRat(n pgtype.Numeric) *big.Rat {
 	}
 	return r.Mul(r, p)
 }
+
+func TestJSONHasNUL(t *testing.T) {
+	for in, want := range map[string]bool{
+		`{"k": "fine"}`:         false,
+		`{"k": "a\u0000b"}`:     true,
+		`["\u0000"]`:            true,
+		`["\\u0000"]`:           false, // an escaped backslash, then text
+		`["\\\u0000"]`:          true,
+		`{"\u0000k": 1}`:        true,
+		`["\u00001"]`:           true,
+		`["\u0001", "\n\\"]`:    false,
+		`"\\"`:                  false,
+		`{"a":"\"\u0000"}`:      true,
+		`{"a":"\\\\u0000"}`:     false,
+		`[1, 2, "x\\", "\\\\"]`: false,
+	} {
+		if got := jsonHasNUL(in); got != want {
+			t.Errorf("jsonHasNUL(%s) = %v, want %v", in, got, want)
+		}
+	}
+}
