@@ -26,6 +26,14 @@ type StreamOffset struct {
 	// control record's JSON, opaque to the store): an applier that resumes
 	// at Next needs it to decode the rows that follow. Empty when none.
 	Schema string
+	// TopicID is the topic's id (hex) when the offset was stored: a topic
+	// deleted and created again under its name has another id, and its
+	// offsets are not the stored ones. Empty when unknown.
+	TopicID string
+	// Epoch is the leader epoch of the record before Next (-1: unknown):
+	// an applier resumes with it so that a log truncated below Next (an
+	// unclean leader election) is detected.
+	Epoch int32
 	// Prev is, when saving, the Next the saver last read or wrote for the
 	// partition (-1: it found no row). The store refuses the save with
 	// ErrOffsetMoved when the stored Next differs: another member applied

@@ -150,6 +150,8 @@ CREATE TABLE IF NOT EXISTS %s (
 	updated_at     timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (consumer_group, topic, partition)
 );
+ALTER TABLE %s ADD COLUMN IF NOT EXISTS topic_id text NOT NULL DEFAULT '',
+	ADD COLUMN IF NOT EXISTS leader_epoch integer NOT NULL DEFAULT -1;
 CREATE TABLE IF NOT EXISTS %s (
 	source      text PRIMARY KEY,
 	verdict     text NOT NULL,
@@ -158,7 +160,7 @@ CREATE TABLE IF NOT EXISTS %s (
 	errors      integer NOT NULL,
 	summary     text NOT NULL,
 	finished_at timestamptz NOT NULL DEFAULT now()
-)`, ddlLockKey, qs, cp, wm, tb, so, vr)
+)`, ddlLockKey, qs, cp, wm, tb, so, so, vr)
 	s.saveVerifySQL = `INSERT INTO ` + vr + ` (source, verdict, tables, differing, errors, summary, finished_at)
 VALUES ($1, $2, $3, $4, $5, $6, now())
 ON CONFLICT (source) DO UPDATE SET verdict = EXCLUDED.verdict, tables = EXCLUDED.tables, differing = EXCLUDED.differing,
@@ -188,14 +190,14 @@ ON CONFLICT (source, database, table_name) DO UPDATE SET
 	floor_idx = EXCLUDED.floor_idx, updated_at = now()`
 	s.deleteStateSQL = `DELETE FROM ` + tb + ` WHERE source = $1 AND database = $2 AND table_name = $3`
 	s.deleteWMSQL = `DELETE FROM ` + wm + ` WHERE source = $1 AND database = $2 AND table_name = $3`
-	s.loadOffsetsSQL = `SELECT coalesce(json_agg(json_build_object('p', partition, 'n', next_offset::text, 's', table_schema)
+	s.loadOffsetsSQL = `SELECT coalesce(json_agg(json_build_object('p', partition, 'n', next_offset::text, 's', table_schema, 'id', topic_id, 'e', leader_epoch)
 	ORDER BY partition), '[]')::text FROM ` + so + ` WHERE consumer_group = $1 AND topic = $2`
 	// Compare-and-set: RETURNING gives no row when another member got
 	// there first.
-	s.insertOffsetSQL = `INSERT INTO ` + so + ` (consumer_group, topic, partition, next_offset, table_schema, updated_at)
-VALUES ($1, $2, $3, $4, $5, now()) ON CONFLICT DO NOTHING RETURNING 1`
-	s.updateOffsetSQL = `UPDATE ` + so + ` SET next_offset = $4, table_schema = $5, updated_at = now()
-WHERE consumer_group = $1 AND topic = $2 AND partition = $3 AND next_offset = $6 RETURNING 1`
+	s.insertOffsetSQL = `INSERT INTO ` + so + ` (consumer_group, topic, partition, next_offset, table_schema, topic_id, leader_epoch, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, now()) ON CONFLICT DO NOTHING RETURNING 1`
+	s.updateOffsetSQL = `UPDATE ` + so + ` SET next_offset = $4, table_schema = $5, topic_id = $6, leader_epoch = $7, updated_at = now()
+WHERE consumer_group = $1 AND topic = $2 AND partition = $3 AND next_offset = $8 RETURNING 1`
 	return s, nil
 }
 
@@ -382,9 +384,11 @@ func (s *Store) LoadOffsets(ctx context.Context, q tidemark.Querier, group, topi
 		return nil, fmt.Errorf("load offsets of group %q, topic %q from %s: %w", group, topic, s.offsetsName, err)
 	}
 	var rows []struct {
-		P int32  `json:"p"`
-		N string `json:"n"`
-		S string `json:"s"`
+		P  int32  `json:"p"`
+		N  string `json:"n"`
+		S  string `json:"s"`
+		ID string `json:"id"`
+		E  int32  `json:"e"`
 	}
 	if err := json.Unmarshal([]byte(text), &rows); err != nil {
 		return nil, fmt.Errorf("load offsets of group %q, topic %q from %s: %w", group, topic, s.offsetsName, err)
@@ -395,7 +399,7 @@ func (s *Store) LoadOffsets(ctx context.Context, q tidemark.Querier, group, topi
 		if err != nil || n < 0 {
 			return nil, fmt.Errorf("load offsets of group %q, topic %q from %s: partition %d: bad next_offset %q", group, topic, s.offsetsName, r.P, r.N)
 		}
-		out = append(out, tidemark.StreamOffset{Group: group, Topic: topic, Partition: r.P, Next: n, Prev: n, Schema: r.S})
+		out = append(out, tidemark.StreamOffset{Group: group, Topic: topic, Partition: r.P, Next: n, Prev: n, Schema: r.S, TopicID: r.ID, Epoch: r.E})
 	}
 	return out, nil
 }
@@ -409,9 +413,9 @@ func (s *Store) SaveOffset(ctx context.Context, q tidemark.Querier, o tidemark.S
 	var one int
 	var err error
 	if o.Prev < 0 {
-		err = q.QueryRow(ctx, s.insertOffsetSQL, o.Group, o.Topic, o.Partition, o.Next, o.Schema).Scan(&one)
+		err = q.QueryRow(ctx, s.insertOffsetSQL, o.Group, o.Topic, o.Partition, o.Next, o.Schema, o.TopicID, o.Epoch).Scan(&one)
 	} else {
-		err = q.QueryRow(ctx, s.updateOffsetSQL, o.Group, o.Topic, o.Partition, o.Next, o.Schema, o.Prev).Scan(&one)
+		err = q.QueryRow(ctx, s.updateOffsetSQL, o.Group, o.Topic, o.Partition, o.Next, o.Schema, o.TopicID, o.Epoch, o.Prev).Scan(&one)
 	}
 	if errors.Is(err, tidemark.ErrNoRows) {
 		return fmt.Errorf("%s: expected stored offset %d: %w", what, o.Prev, tidemark.ErrOffsetMoved)

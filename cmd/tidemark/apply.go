@@ -148,7 +148,7 @@ func logApplierStatus(ctx context.Context, a *kafka.Applier, applied *atomic.Int
 				}
 			}
 			args := []any{"assigned", strings.Join(parts, ","), "lag_records", lag,
-				"changes_per_s", int64(float64(n-last)/now.Sub(lastAt).Seconds()), "changes", n}
+				"changes_per_s", int64(float64(n-last) / now.Sub(lastAt).Seconds()), "changes", n}
 			if len(stopped) > 0 {
 				args = append(args, "stopped", strings.Join(stopped, ","))
 			}

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tidemark"
@@ -126,6 +128,7 @@ type Applier struct {
 	cfg    ApplierConfig
 	target tidemark.StreamTarget
 	cl     *kgo.Client
+	adm    *kadm.Client
 	log    *slog.Logger
 
 	topics Config // TopicPrefix and TopicTemplate: topicName
@@ -145,6 +148,8 @@ type partState struct {
 	next    int64 // offset after the last record read into the batch
 	hw      int64
 	records int64
+	topicID string // the topic's id, stored with the offset
+	epoch   int32  // leader epoch of the record before next (-1: unknown)
 	schema  *announcedSchema
 	json    string // the schema record's value, stored with the offset
 	// stopped is why the partition stopped (nil: it runs): the record at
@@ -202,7 +207,10 @@ func NewApplier(cfg ApplierConfig, target tidemark.StreamTarget) (*Applier, erro
 		kgo.BlockRebalanceOnPoll(),
 		kgo.DisableAutoCommit(),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// Never jump over records: a fetch out of range (retention,
+		// deleted records, a truncated log) is returned as an error and
+		// stops the partition (Run).
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
 		kgo.MetadataMaxAge(cfg.MetadataMaxAge),
 		kgo.OnPartitionsAssigned(a.onAssigned),
 		kgo.AdjustFetchOffsetsFn(a.adjustOffsets),
@@ -218,6 +226,7 @@ func NewApplier(cfg ApplierConfig, target tidemark.StreamTarget) (*Applier, erro
 		return nil, fmt.Errorf("create applier: %w", err)
 	}
 	a.cl = cl
+	a.adm = kadm.NewClient(cl)
 	return a, nil
 }
 
@@ -261,15 +270,81 @@ func (a *Applier) adjustOffsets(ctx context.Context, offsets map[string]map[int3
 		if err != nil {
 			return nil, err
 		}
+		if err := a.checkContinuity(ctx, topic, parts); err != nil {
+			return nil, err
+		}
 		for p, at := range starts {
+			st := a.parts[topicPartition{topic, p}]
 			if at < 0 {
 				ps[p] = kgo.NewOffset().AtStart().WithEpoch(-1)
 			} else {
-				ps[p] = kgo.NewOffset().At(at).WithEpoch(-1)
+				ps[p] = kgo.NewOffset().At(at).WithEpoch(st.epoch)
 			}
 		}
 	}
 	return offsets, nil
+}
+
+// checkContinuity stops each newly assigned partition of topic whose
+// stored offset does not continue the partition's log: the topic was
+// created again since (another topic id), the log starts after it
+// (retention or deleted records removed records the group never applied;
+// also for a partition with no stored offset whose log no longer starts at
+// 0), or it is past the log's end (a truncated log). Applying from there
+// would skip records in silence. It records the topic's id with the
+// partitions' states. Callers hold a.mu.
+func (a *Applier) checkContinuity(ctx context.Context, topic string, parts []int32) error {
+	td, err := a.adm.ListTopics(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("describe topic %s: %w", topic, err)
+	}
+	d, ok := td[topic]
+	if !ok || d.Err != nil {
+		return fmt.Errorf("describe topic %s: %w", topic, errors.Join(d.Err, kerr.UnknownTopicOrPartition))
+	}
+	id := hex.EncodeToString(d.ID[:])
+	starts, err := a.adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("list start offsets of %s: %w", topic, err)
+	}
+	ends, err := a.adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("list end offsets of %s: %w", topic, err)
+	}
+	for _, p := range parts {
+		tp := topicPartition{topic, p}
+		st := a.parts[tp]
+		if st.stopped != nil {
+			continue
+		}
+		storedID := st.topicID
+		st.topicID = id
+		next := max(st.prev, 0)
+		start, _ := starts.Lookup(topic, p)
+		end, _ := ends.Lookup(topic, p)
+		var why error
+		switch {
+		case storedID != "" && storedID != id:
+			why = fmt.Errorf("%s partition %d: the topic was re-created (topic id %s; the stored offset %d is of topic id %s, log start now %d): the new log's records are not the ones the offset counts; resync the table, and move the partition's offset (tidemark.stream_offsets) to the new log's start",
+				topic, p, id, next, storedID, start.Offset)
+		case next < start.Offset:
+			why = fmt.Errorf("%s partition %d: stored offset %d is below the log start %d: records %d–%d were removed (retention, deleted records) before this group applied them; resync the table, and move the partition's offset (tidemark.stream_offsets) to the log start",
+				topic, p, next, start.Offset, next, start.Offset-1)
+		case next > end.Offset:
+			why = fmt.Errorf("%s partition %d: stored offset %d is past the log end %d: the log was truncated or the topic re-created; resync the table, and move the partition's offset (tidemark.stream_offsets) to the log start %d",
+				topic, p, next, end.Offset, start.Offset)
+		}
+		if why != nil {
+			a.stopPartition(tp, st, next, why)
+		}
+	}
+	return nil
 }
 
 // restore reads the stored offsets (and announced schemas) of partitions
@@ -286,10 +361,14 @@ func (a *Applier) restore(ctx context.Context, topic string, parts []int32) (map
 	}
 	starts := make(map[int32]int64, len(parts))
 	for _, p := range parts {
-		st := &partState{prev: -1, hw: -1}
+		st := &partState{prev: -1, hw: -1, epoch: -1}
+		if old := a.parts[topicPartition{topic, p}]; old != nil {
+			st.stopped = old.stopped // paused until revoked
+		}
 		starts[p] = -1
 		if o, ok := byPart[p]; ok {
 			st.prev, st.next, starts[p] = o.Next, o.Next, o.Next
+			st.topicID, st.epoch = o.TopicID, o.Epoch
 			if o.Schema != "" {
 				as, err := a.schema([]byte(o.Schema))
 				if err != nil {
@@ -331,12 +410,21 @@ func (a *Applier) Run(ctx context.Context) error {
 			return errors.New("apply: the Kafka client was closed")
 		}
 		var ferr error
+		var gaps []topicPartition
 		fs.EachError(func(topic string, p int32, err error) {
+			var loss *kgo.ErrDataLoss
+			if errors.Is(err, kerr.OffsetOutOfRange) || errors.As(err, &loss) {
+				gaps = append(gaps, topicPartition{topic, p})
+				return
+			}
 			a.log.Warn("fetch failed", "topic", topic, "partition", p, "err", err)
 			if ferr == nil && !retryable(err) {
 				ferr = fmt.Errorf("fetch %s partition %d: %w", topic, p, err)
 			}
 		})
+		for _, tp := range gaps {
+			a.stopGap(ctx, tp)
+		}
 		if ferr != nil {
 			a.cl.AllowRebalance()
 			return ferr
@@ -407,7 +495,7 @@ func (a *Applier) apply(ctx context.Context, recs []*kgo.Record) error {
 		}
 		for tp, st := range touched {
 			b.Offsets = append(b.Offsets, tidemark.StreamOffset{Group: a.cfg.Group, Topic: tp.topic, Partition: tp.partition,
-				Next: st.next, Schema: st.json, Prev: st.prev})
+				Next: st.next, Schema: st.json, Prev: st.prev, TopicID: st.topicID, Epoch: st.epoch})
 		}
 		if b.Source == "" {
 			b.Source = "apply:" + a.cfg.Group
@@ -442,7 +530,8 @@ func (a *Applier) apply(ctx context.Context, recs []*kgo.Record) error {
 		if st.stopped != nil {
 			continue // fetched before the partition was paused
 		}
-		where := recordPlace{r} // formatted only in an error
+		st.epoch = r.LeaderEpoch // stored with next: resuming checks the log still has it
+		where := recordPlace{r}  // formatted only in an error
 		if ctl, ok := recordHeader(r, controlHeader); ok {
 			if kind := string(ctl); kind != string(controlSchema) {
 				err := a.tableControl(ctx, kind, r, st, flush)
@@ -614,11 +703,38 @@ func (a *Applier) stop(tp topicPartition, st *partState, offset int64, err error
 	if ferr := flush(); ferr != nil {
 		return ferr
 	}
+	a.stopPartition(tp, st, offset, err)
+	return nil
+}
+
+// stopGap stops a partition whose fetch was out of range (the log no
+// longer holds the records at the fetch offset) or found the log
+// truncated, naming the stored offset and the log's start.
+func (a *Applier) stopGap(ctx context.Context, tp topicPartition) {
+	start := int64(-1)
+	if so, err := a.adm.ListStartOffsets(ctx, tp.topic); err == nil {
+		if o, ok := so.Lookup(tp.topic, tp.partition); ok && o.Err == nil {
+			start = o.Offset
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.parts[tp]
+	if st == nil || st.stopped != nil {
+		return
+	}
+	next := max(st.prev, 0)
+	a.stopPartition(tp, st, next, fmt.Errorf("%s partition %d: stored offset %d is no longer in the log (log start %d; retention, deleted records or a truncated log removed records this group has not applied): resync the table, and move the partition's offset (tidemark.stream_offsets) to the log start",
+		tp.topic, tp.partition, next, start))
+}
+
+// stopPartition stops partition tp at offset with err (stop). Callers
+// hold a.mu.
+func (a *Applier) stopPartition(tp topicPartition, st *partState, offset int64, err error) {
 	st.stopped = err
 	a.cl.PauseFetchPartitions(map[string][]int32{tp.topic: {tp.partition}})
 	a.log.Error("partition stopped: nothing of it is applied from this offset on; the member goes on with its other partitions",
 		"topic", tp.topic, "partition", tp.partition, "offset", offset, "err", err)
-	return nil
 }
 
 func recordHeader(r *kgo.Record, key string) ([]byte, bool) {
