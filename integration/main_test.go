@@ -5,6 +5,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -248,13 +249,28 @@ func (f *fixture) waitCaughtUp(t *testing.T, source string, d *daemonProc) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := harness.WaitCaughtUp(f.ctx, f.pg, "", source, target, 120*time.Second); err != nil {
+	ctx := f.untilExit(d)
+	if err := harness.WaitCaughtUp(ctx, f.pg, "", source, target, 120*time.Second); err != nil {
 		stderr := ""
 		if d != nil {
 			stderr = d.stderr.String()
 		}
 		t.Fatalf("%v\ndaemon stderr:\n%s", err, stderr)
 	}
+}
+
+// untilExit is the fixture's context, canceled when the daemon d (if any)
+// exits: a wait for its progress then ends at once.
+func (f *fixture) untilExit(d *daemonProc) context.Context {
+	if d == nil {
+		return f.ctx
+	}
+	ctx, cancel := context.WithCancelCause(f.ctx)
+	go func() {
+		<-d.waited
+		cancel(errors.New("the daemon exited"))
+	}()
+	return ctx
 }
 
 // lockedWriter collects a subprocess's output for failure messages.

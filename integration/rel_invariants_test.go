@@ -903,7 +903,7 @@ func (f *fixture) caughtUpIn(t *testing.T, source string, d *daemonProc, timeout
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := harness.WaitCaughtUp(f.ctx, f.pg, "", source, target, timeout); err != nil {
+	if err := harness.WaitCaughtUp(f.untilExit(d), f.pg, "", source, target, timeout); err != nil {
 		out := ""
 		if d != nil {
 			out = tail(d.stderr.String(), 60)

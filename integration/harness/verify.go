@@ -137,6 +137,9 @@ func Compare(ctx context.Context, my *client.Conn, pg *pgx.Conn, spec TableSpec)
 			sel = append(sel, "LOWER(HEX("+q+"))")
 		case "bit":
 			sel = append(sel, "CAST("+q+" AS UNSIGNED)")
+		case "year":
+			// YEAR 0 prints as "0000"; the target holds the number
+			sel = append(sel, "CAST("+q+" + 0 AS CHAR)")
 		default:
 			sel = append(sel, "CAST("+q+" AS CHAR)")
 		}
