@@ -44,6 +44,11 @@ var (
 	// ErrStatsMismatch means a sink's counts do not add up to the changes it
 	// was given: a bug, never just a metric.
 	ErrStatsMismatch = errors.New("apply counts do not add up")
+
+	// ErrEpochRegressed is a checkpoint whose version epoch is below the
+	// highest epoch the source's rows were written in (EpochFloorStore):
+	// its changes would lose to the rows already in the target.
+	ErrEpochRegressed = errors.New("version epoch below the source's epoch floor")
 )
 
 // ValueError reports a value that cannot be normalized, naming where it came

@@ -87,6 +87,19 @@ type SourceState struct {
 	UpdatedAt time.Time
 }
 
+// EpochFloorStore is implemented by a CheckpointStore that keeps, per
+// source and apart from the checkpoint, the highest version epoch rows were
+// written in (raised by SavePosition in the batch's transaction; a
+// SavePosition below it fails with ErrEpochRegressed). A checkpoint deleted
+// or edited by hand, or a start position, then cannot take the source back
+// to an epoch whose changes would all lose to the target's rows
+// (docs/FAILOVER.md).
+type EpochFloorStore interface {
+	// LoadEpochFloor returns the floor as a Position holding only Epoch
+	// and Source (the server of that epoch), and whether one is stored.
+	LoadEpochFloor(ctx context.Context, q Querier, source string) (Position, bool, error)
+}
+
 // CheckpointStore reads and writes positions and watermarks in the target,
 // inside the caller's transaction.
 type CheckpointStore interface {

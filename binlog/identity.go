@@ -105,7 +105,8 @@ type lineage struct {
 // while no daemon streams) stamps its rows with the checkpoint's epoch, or
 // the next one when the server is no longer the checkpoint's.
 func (t *Tailer) Seed(stored tidemark.Position) {
-	t.lin.set(stored.Epoch, stored.Source)
+	e, _ := t.floor.lift(stored.Epoch, stored.Source)
+	t.lin.set(e, stored.Source)
 }
 
 func (l *lineage) set(epoch uint32, id tidemark.SourceIdentity) {
@@ -173,6 +174,7 @@ func (t *Tailer) Accept(ctx context.Context, stored tidemark.Position) (tidemark
 	} else if _, err := t.resolve(stored, st); err != nil {
 		epoch++
 	}
+	epoch, _ = t.floor.lift(epoch, st.id)
 	if epoch > tidemark.MaxEpoch {
 		return st.id, 0, fmt.Errorf("accept source %s: epoch %d is above %d: re-seed the target", t.cfg.Name, epoch, tidemark.MaxEpoch)
 	}
@@ -202,6 +204,63 @@ func (t *Tailer) Accept(ctx context.Context, stored tidemark.Position) (tidemark
 // A position without an identity (written before identities were stored)
 // is taken as this server's, with the checks of rule 1 and 2.
 func (t *Tailer) resolve(stored tidemark.Position, st serverState) (Resolution, error) {
+	res, err := t.resolveRules(stored, st)
+	if err != nil {
+		return res, err
+	}
+	e, lifted := t.floor.lift(res.Start.Epoch, st.id)
+	if !lifted {
+		return res, nil
+	}
+	if e > tidemark.MaxEpoch {
+		return res, fmt.Errorf("resume source %s: the epoch floor %d leaves no epoch above it (%d is the last): re-seed the target: %w", t.cfg.Name, t.floor.epoch, tidemark.MaxEpoch, tidemark.ErrSourceChanged)
+	}
+	note := fmt.Sprintf("the checkpoint %s is in epoch %d, but this source's rows were written in epoch %d (server %s; kept apart from the checkpoint, which was deleted, edited or replaced by source.start_position): resuming in epoch %d, so that its changes do not lose to the rows already in the target",
+		orNone(stored.String()), res.Start.Epoch, t.floor.epoch, orNone(t.floor.id.String()), e)
+	if res.Note != "" {
+		note = res.Note + "; " + note
+	}
+	res.Note = note
+	res.Changed = append(res.Changed, fmt.Sprintf("epoch %d → %d (epoch floor)", res.Start.Epoch, e))
+	res.Start.Epoch = e
+	t.lin.set(e, st.id)
+	return res, nil
+}
+
+// epochFloor is the highest epoch the source's rows were written in and the
+// server of that epoch (tidemark.EpochFloorStore), kept apart from the
+// checkpoint.
+type epochFloor struct {
+	known bool
+	epoch uint32
+	id    tidemark.SourceIdentity // zero: unknown
+}
+
+// lift returns the epoch a stream from server id must use instead of e:
+// e itself when it is above the floor, or the floor's epoch on the floor's
+// server; else the floor's epoch on its own server, or the next one on
+// another (or an unknown) server.
+func (f epochFloor) lift(e uint32, id tidemark.SourceIdentity) (uint32, bool) {
+	switch {
+	case !f.known || e > f.epoch:
+		return e, false
+	case f.id == id && !id.IsZero():
+		return f.epoch, e != f.epoch
+	case e == f.epoch && f.id.IsZero():
+		return e, false
+	}
+	return f.epoch + 1, true
+}
+
+// SetEpochFloor records the source's epoch floor (EpochFloorStore): no
+// position is resumed, and no Reader sharing the lineage stamps rows, in an
+// epoch below it. Call it before Stream, Resolve, Accept or Seed.
+func (t *Tailer) SetEpochFloor(floor tidemark.Position) {
+	t.floor = epochFloor{known: true, epoch: floor.Epoch, id: floor.Source}
+}
+
+// resolveRules is resolve before the epoch floor.
+func (t *Tailer) resolveRules(stored tidemark.Position, st serverState) (Resolution, error) {
 	res := Resolution{Start: stored}
 	res.Start.Source = st.id
 	prev := stored.Source

@@ -137,3 +137,32 @@ func TestSeveralDomainsRefusedAtStart(t *testing.T) {
 		t.Fatalf("filepos with two domains refused: %v", err)
 	}
 }
+
+// TestEpochFloorLift: a resumed epoch below the source's epoch floor is
+// raised to the floor on the floor's server, past it on another (or an
+// unknown) one; at or above the floor nothing changes (review finding 10).
+func TestEpochFloorLift(t *testing.T) {
+	a := tidemark.SourceIdentity{Flavor: "mariadb", Server: "1", Domain: "0", Scheme: "gtid", Basename: "b"}
+	b := a
+	b.Server = "2"
+	for _, c := range []struct {
+		name  string
+		floor epochFloor
+		e     uint32
+		id    tidemark.SourceIdentity
+		want  uint32
+	}{
+		{"no floor", epochFloor{}, 0, a, 0},
+		{"above", epochFloor{known: true, epoch: 1, id: a}, 2, b, 2},
+		{"at, same server", epochFloor{known: true, epoch: 1, id: a}, 1, a, 1},
+		{"at, another server", epochFloor{known: true, epoch: 1, id: a}, 1, b, 2},
+		{"below, same server", epochFloor{known: true, epoch: 3, id: a}, 0, a, 3},
+		{"below, another server", epochFloor{known: true, epoch: 3, id: a}, 0, b, 4},
+		{"below, floor of unknown server", epochFloor{known: true, epoch: 3}, 0, a, 4},
+		{"at, floor of unknown server", epochFloor{known: true, epoch: 3}, 3, a, 3},
+	} {
+		if got, _ := c.floor.lift(c.e, c.id); got != c.want {
+			t.Errorf("%s: lift(%d) = %d, want %d", c.name, c.e, got, c.want)
+		}
+	}
+}

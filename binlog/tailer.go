@@ -40,6 +40,8 @@ type Tailer struct {
 	seqErr error
 	// mysqlGTIDMode is the MySQL source's gtid_mode=ON (checkMySQL).
 	mysqlGTIDMode bool
+	// floor is the source's epoch floor (SetEpochFloor).
+	floor epochFloor
 }
 
 var _ tidemark.Source = (*Tailer)(nil)

@@ -69,6 +69,7 @@ type Store struct {
 
 	initSQL                     string
 	loadPosSQL, savePosSQL      string
+	loadFloorSQL                string
 	loadWMSQL, saveWMSQL        string
 	checkpointsName, wmarksName string // "schema.table", for messages
 
@@ -84,6 +85,7 @@ var (
 	_ tidemark.CheckpointStore = (*Store)(nil)
 	_ tidemark.TableStateStore = (*Store)(nil)
 	_ tidemark.OffsetStore     = (*Store)(nil)
+	_ tidemark.EpochFloorStore = (*Store)(nil)
 )
 
 // New validates cfg and returns a Store.
@@ -101,6 +103,7 @@ func New(cfg Config) (*Store, error) {
 	tb := qs + ".tables"
 	so := qs + ".stream_offsets"
 	vr := qs + ".verify_runs"
+	ep := qs + ".source_epochs"
 	s := &Store{
 		schema:          schema,
 		checkpointsName: schema + ".checkpoints",
@@ -160,18 +163,40 @@ CREATE TABLE IF NOT EXISTS %s (
 	errors      integer NOT NULL,
 	summary     text NOT NULL,
 	finished_at timestamptz NOT NULL DEFAULT now()
-)`, ddlLockKey, qs, cp, wm, tb, so, so, vr)
+);
+CREATE TABLE IF NOT EXISTS %s (
+	source     text PRIMARY KEY,
+	epoch      integer NOT NULL,
+	identity   text NOT NULL,
+	updated_at timestamptz NOT NULL DEFAULT now()
+)`, ddlLockKey, qs, cp, wm, tb, so, so, vr, ep)
 	s.saveVerifySQL = `INSERT INTO ` + vr + ` (source, verdict, tables, differing, errors, summary, finished_at)
 VALUES ($1, $2, $3, $4, $5, $6, now())
 ON CONFLICT (source) DO UPDATE SET verdict = EXCLUDED.verdict, tables = EXCLUDED.tables, differing = EXCLUDED.differing,
 	errors = EXCLUDED.errors, summary = EXCLUDED.summary, finished_at = now()`
 	s.loadVerifySQL = `SELECT verdict, tables, differing, errors, summary, finished_at FROM ` + vr + ` WHERE source = $1`
 	s.loadPosSQL = `SELECT position FROM ` + cp + ` WHERE source = $1`
-	s.savePosSQL = `INSERT INTO ` + cp + ` AS c (source, position, gtid, file, pos, updated_at)
-VALUES ($1, $2, $3, $4, $5, now())
+	// The checkpoint, and the source's epoch floor (source_epochs: the
+	// highest epoch rows were written in, kept apart from the checkpoint,
+	// which an operator may delete or edit): raised, never lowered, in
+	// the same statement and transaction. The floor as it is afterwards
+	// comes back (the snapshot of the statement when it did not move);
+	// below it, nothing is written.
+	s.savePosSQL = `WITH c AS (INSERT INTO ` + cp + ` AS c (source, position, gtid, file, pos, updated_at)
+SELECT $1::text, $2::text, $3::text, $4::text, $5::bigint, now()
+WHERE NOT EXISTS (SELECT 1 FROM ` + ep + ` WHERE source = $1 AND (epoch > $6::integer
+	OR (epoch = $6::integer AND identity <> '' AND $7::text <> '' AND identity <> $7::text)))
 ON CONFLICT (source) DO UPDATE SET
 	position = EXCLUDED.position, gtid = EXCLUDED.gtid, file = EXCLUDED.file,
-	pos = EXCLUDED.pos, updated_at = now()`
+	pos = EXCLUDED.pos, updated_at = now()
+RETURNING 1),
+e AS (INSERT INTO ` + ep + ` AS e (source, epoch, identity, updated_at) VALUES ($1, $6::integer, $7::text, now())
+ON CONFLICT (source) DO UPDATE SET epoch = EXCLUDED.epoch, identity = EXCLUDED.identity, updated_at = now()
+	WHERE e.epoch < EXCLUDED.epoch OR (e.epoch = EXCLUDED.epoch AND e.identity = '' AND EXCLUDED.identity <> '')
+RETURNING e.epoch, e.identity)
+SELECT coalesce((SELECT epoch FROM e), (SELECT epoch FROM ` + ep + ` WHERE source = $1), $6::integer),
+	coalesce((SELECT identity FROM e), (SELECT identity FROM ` + ep + ` WHERE source = $1), $7::text)`
+	s.loadFloorSQL = `SELECT epoch, identity FROM ` + ep + ` WHERE source = $1`
 	s.loadWMSQL = `SELECT value FROM ` + wm + ` WHERE source = $1 AND database = $2 AND table_name = $3`
 	// GREATEST: a watermark never moves backwards, also when an older
 	// batch is replayed after a crash.
@@ -264,10 +289,46 @@ func (s *Store) SavePosition(ctx context.Context, q tidemark.Querier, source str
 		file = pos.File
 		off = int64(pos.Offset)
 	}
-	if err := q.Exec(ctx, s.savePosSQL, source, text, gtid, file, off); err != nil {
+	id := ""
+	if !pos.Source.IsZero() {
+		id = pos.Source.String()
+	}
+	var (
+		floor   int64
+		floorID string
+	)
+	if err := q.QueryRow(ctx, s.savePosSQL, source, text, gtid, file, off, int64(pos.Epoch), id).Scan(&floor, &floorID); err != nil {
 		return fmt.Errorf("save checkpoint of source %q to %s: %w", source, s.checkpointsName, err)
 	}
+	if floor > int64(pos.Epoch) || (floor == int64(pos.Epoch) && id != "" && floorID != "" && floorID != id) {
+		return fmt.Errorf("save checkpoint %s of source %q: rows of this source were written in epoch %d (server %s; %s.source_epochs), and changes of a lower epoch, or of another server in the same epoch, lose to them in the version guard: nothing of the batch is committed: %w",
+			pos, source, floor, floorID, s.schema, tidemark.ErrEpochRegressed)
+	}
 	return nil
+}
+
+// LoadEpochFloor implements tidemark.EpochFloorStore: the highest epoch
+// source's rows were written in, with the identity of the server they came
+// from, and whether one is stored.
+func (s *Store) LoadEpochFloor(ctx context.Context, q tidemark.Querier, source string) (tidemark.Position, bool, error) {
+	var (
+		epoch int64
+		id    string
+	)
+	err := q.QueryRow(ctx, s.loadFloorSQL, source).Scan(&epoch, &id)
+	if errors.Is(err, tidemark.ErrNoRows) {
+		return tidemark.Position{}, false, nil
+	}
+	if err != nil {
+		return tidemark.Position{}, false, fmt.Errorf("load epoch floor of source %q from %s.source_epochs: %w", source, s.schema, err)
+	}
+	floor := tidemark.Position{Epoch: uint32(epoch)}
+	if id != "" {
+		if floor.Source, err = tidemark.ParseSourceIdentity(id); err != nil {
+			return tidemark.Position{}, false, fmt.Errorf("load epoch floor of source %q from %s.source_epochs: %w", source, s.schema, err)
+		}
+	}
+	return floor, true, nil
 }
 
 // LoadWatermark returns the stored catch-up watermark of a table, in UTC,

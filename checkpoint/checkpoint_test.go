@@ -306,3 +306,52 @@ func TestTableStates(t *testing.T) {
 		t.Fatalf("other source: %+v", got)
 	}
 }
+
+// TestEpochFloor: SavePosition raises the source's epoch floor with the
+// checkpoint and refuses, in the caller's transaction, a checkpoint below
+// it; deleting the checkpoint row leaves the floor (review finding 10).
+func TestEpochFloor(t *testing.T) {
+	st, conn, schema := newStore(t)
+	ctx := context.Background()
+	q := newQuerier(conn)
+	a := tidemark.SourceIdentity{Flavor: "mariadb", Server: "1001", Domain: "0", Scheme: "gtid", Basename: "mysql-bin"}
+	b := a
+	b.Server = "1002"
+	if _, ok, err := st.LoadEpochFloor(ctx, q, "s"); err != nil || ok {
+		t.Fatalf("floor of an unknown source: %t, %v", ok, err)
+	}
+	for _, p := range []tidemark.Position{
+		{GTID: "0-1001-5", Source: a},
+		{GTID: "0-1001-9", Epoch: 1, Source: b},
+		{GTID: "0-1001-10", Epoch: 1, Source: b},
+	} {
+		if err := st.SavePosition(ctx, q, "s", p); err != nil {
+			t.Fatalf("save %s: %v", p, err)
+		}
+	}
+	floor, ok, err := st.LoadEpochFloor(ctx, q, "s")
+	if err != nil || !ok || floor.Epoch != 1 || floor.Source != b {
+		t.Fatalf("floor = %+v, %t, %v; want epoch 1 on %s", floor, ok, err, b)
+	}
+	if _, err := conn.Exec(ctx, `DELETE FROM `+tidemark.QuotePostgres(schema)+`.checkpoints`); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []tidemark.Position{
+		{GTID: "0-1001-11", Source: b},           // epoch 0 below 1
+		{GTID: "0-1001-11", Epoch: 1, Source: a}, // epoch 1 of another server
+	} {
+		err := st.SavePosition(ctx, q, "s", p)
+		if !errors.Is(err, tidemark.ErrEpochRegressed) || !strings.Contains(err.Error(), "epoch 1") {
+			t.Fatalf("save %s below the floor: %v, want ErrEpochRegressed naming epoch 1", p, err)
+		}
+		if _, ok, _ := st.LoadPosition(ctx, q, "s"); ok {
+			t.Fatalf("save %s below the floor wrote the checkpoint", p)
+		}
+	}
+	if err := st.SavePosition(ctx, q, "s", tidemark.Position{GTID: "0-1001-1", Epoch: 2, Source: a}); err != nil {
+		t.Fatal(err)
+	}
+	if floor, _, _ := st.LoadEpochFloor(ctx, q, "s"); floor.Epoch != 2 || floor.Source != a {
+		t.Fatalf("floor after epoch 2 = %+v", floor)
+	}
+}

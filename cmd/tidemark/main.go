@@ -392,6 +392,19 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 		}
 		target = fanoutWithStates{Sink: target, DDLSink: ddl, SourceLocker: locker, TableRegistry: reg}
 	}
+	// No epoch below the source's floor, whatever the checkpoint says (a
+	// deleted or edited one, a start_position: docs/FAILOVER.md). The
+	// floor is kept where the checkpoints are in PostgreSQL.
+	if fs, ok := state.sink.(epochFloors); ok {
+		floor, has, err := fs.EpochFloor(ctx, bc.Name)
+		if err != nil {
+			target.Close()
+			return nil, fmt.Errorf("read epoch floor of %s: %w", bc.Name, err)
+		}
+		if has {
+			tailer.SetEpochFloor(floor)
+		}
+	}
 	// What a resync or catch-up reads is stamped with the checkpoint's
 	// epoch until the tailer has looked at the server itself.
 	if stored, ok, err := target.Checkpoint(ctx, bc.Name); err != nil {

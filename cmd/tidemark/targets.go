@@ -179,6 +179,12 @@ type tailerTarget struct {
 	schema string
 }
 
+// epochFloors is a target that keeps the sources' epoch floors
+// (postgres.Sink).
+type epochFloors interface {
+	EpochFloor(ctx context.Context, source string) (tidemark.Position, bool, error)
+}
+
 // ddlPublisher is a sink that carries DDL to the appliers of the
 // scale-out topology (kafka.Sink).
 type ddlPublisher interface {

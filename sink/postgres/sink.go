@@ -177,6 +177,25 @@ func (s *Sink) Init(ctx context.Context) error {
 	return redact(err, s.secret)
 }
 
+// EpochFloor returns the source's epoch floor (tidemark.EpochFloorStore)
+// when the checkpoint store keeps one, and whether there is one.
+func (s *Sink) EpochFloor(ctx context.Context, source string) (tidemark.Position, bool, error) {
+	fs, ok := s.cfg.Checkpoints.(tidemark.EpochFloorStore)
+	if !ok {
+		return tidemark.Position{}, false, nil
+	}
+	var (
+		floor tidemark.Position
+		has   bool
+	)
+	err := s.retry(ctx, "read epoch floor", func(ctx context.Context) error {
+		var err error
+		floor, has, err = fs.LoadEpochFloor(ctx, querier{s.pool}, source)
+		return redact(err, s.secret)
+	})
+	return floor, has, err
+}
+
 // Checkpoint returns the position last committed for source, and whether
 // there is one.
 func (s *Sink) Checkpoint(ctx context.Context, source string) (tidemark.Position, bool, error) {
