@@ -62,6 +62,10 @@ type PipelineConfig struct {
 	// StateInterval is how often the table states recorded in the target
 	// are read again, to pick up resync requests (default 2s).
 	StateInterval time.Duration
+	// LockCheckInterval is how often the source's lock is checked while
+	// the pipeline runs, when the sink is a SourceLockChecker (default
+	// 3s): on loss Run stops with ErrSourceLockLost.
+	LockCheckInterval time.Duration
 }
 
 func (c *PipelineConfig) setDefaults() {
@@ -85,6 +89,9 @@ func (c *PipelineConfig) setDefaults() {
 	}
 	if c.StateInterval <= 0 {
 		c.StateInterval = 2 * time.Second
+	}
+	if c.LockCheckInterval <= 0 {
+		c.LockCheckInterval = 3 * time.Second
 	}
 }
 
@@ -167,13 +174,26 @@ func (p *Pipeline) setLast(pos Position) {
 // takes over when the active one's session ends). Then, when the sink is an
 // Activator, it activates it (fencing an older writer) before reading the
 // checkpoint.
-func (p *Pipeline) Run(ctx context.Context, from Position) error {
+func (p *Pipeline) Run(ctx context.Context, from Position) (err error) {
 	if l, ok := p.sink.(SourceLocker); ok {
 		release, err := p.lockSource(ctx, l)
 		if err != nil || release == nil {
 			return err
 		}
 		defer release()
+		if c, ok := p.sink.(SourceLockChecker); ok {
+			var lost context.CancelCauseFunc
+			ctx, lost = context.WithCancelCause(ctx)
+			done := make(chan struct{})
+			go p.watchLock(ctx, c, lost, done)
+			defer func() {
+				lost(nil)
+				<-done
+				if cause := context.Cause(ctx); errors.Is(cause, ErrSourceLockLost) {
+					err = cause
+				}
+			}()
+		}
 	}
 	if a, ok := p.sink.(Activator); ok {
 		if err := a.Activate(ctx); err != nil {
@@ -217,6 +237,31 @@ func (p *Pipeline) Run(ctx context.Context, from Position) error {
 			return err
 		}
 		p.cfg.Logger.Info("caught up; resuming the binlog", "source", p.cfg.Source, "position", pos.String())
+	}
+}
+
+// watchLock checks the source's lock every LockCheckInterval until ctx is
+// done, and cancels it with ErrSourceLockLost when the lock is gone. It
+// closes done when it returns.
+func (p *Pipeline) watchLock(ctx context.Context, c SourceLockChecker, lost context.CancelCauseFunc, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(p.cfg.LockCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := c.CheckSourceLock(cctx, p.cfg.Source)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			err = fmt.Errorf("%w of %s: %v; stopping, so that a standby that takes the lock is the only writer", ErrSourceLockLost, p.cfg.Source, err)
+			p.cfg.Logger.Error("source lock lost", "source", p.cfg.Source, "err", err)
+			lost(err)
+			return
+		}
 	}
 }
 

@@ -237,6 +237,22 @@ type SourceLocker interface {
 	TryLockSource(ctx context.Context, source string) (release func(), ok bool, err error)
 }
 
+// SourceLockChecker is implemented by a SourceLocker whose lock can end
+// while it is held: a session lock ends with its session, which the server
+// may end on its own (idle_session_timeout, pg_terminate_backend, a
+// failover, a pooler). CheckSourceLock returns an error when the lock
+// TryLockSource took for source is no longer held. Pipeline.Run checks it
+// every PipelineConfig.LockCheckInterval and stops on loss with
+// ErrSourceLockLost: a standby may have taken the lock, and two writers of
+// one source are not safe.
+type SourceLockChecker interface {
+	CheckSourceLock(ctx context.Context, source string) error
+}
+
+// ErrSourceLockLost is returned (wrapped) by Pipeline.Run when its source's
+// lock ended while it streamed.
+var ErrSourceLockLost = errors.New("lost the source lock")
+
 // Activator is implemented by sinks whose writing needs a takeover step
 // that disturbs any other instance writing for the same source: the Kafka
 // sink's transactional producer, whose initialization fences every older

@@ -242,6 +242,15 @@ func (t tailerTarget) TryLockSource(ctx context.Context, source string) (func(),
 	return t.lock.TryLockSource(ctx, source)
 }
 
+// CheckSourceLock implements tidemark.SourceLockChecker with the state
+// target's lock.
+func (t tailerTarget) CheckSourceLock(ctx context.Context, source string) error {
+	if c, ok := t.lock.(tidemark.SourceLockChecker); ok {
+		return c.CheckSourceLock(ctx, source)
+	}
+	return nil
+}
+
 // Activate implements tidemark.Activator.
 func (t tailerTarget) Activate(ctx context.Context) error {
 	if a, ok := t.Sink.(tidemark.Activator); ok {
@@ -281,6 +290,15 @@ type fanoutWithStates struct {
 func (f fanoutWithStates) Activate(ctx context.Context) error {
 	if a, ok := f.Sink.(tidemark.Activator); ok {
 		return a.Activate(ctx)
+	}
+	return nil
+}
+
+// CheckSourceLock implements tidemark.SourceLockChecker with the state
+// target's lock.
+func (f fanoutWithStates) CheckSourceLock(ctx context.Context, source string) error {
+	if c, ok := f.SourceLocker.(tidemark.SourceLockChecker); ok {
+		return c.CheckSourceLock(ctx, source)
 	}
 	return nil
 }

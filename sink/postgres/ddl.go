@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -1027,13 +1028,61 @@ func (s *Sink) TryLockSource(ctx context.Context, source string) (func(), bool, 
 		c.Release()
 		return nil, false, nil
 	}
-	conn := c.Hijack()
+	l := &sourceLock{conn: c.Hijack(), key: key}
+	s.lockMu.Lock()
+	if s.locks == nil {
+		s.locks = map[string]*sourceLock{}
+	}
+	s.locks[source] = l
+	s.lockMu.Unlock()
 	release := func() {
+		s.lockMu.Lock()
+		if s.locks[source] == l {
+			delete(s.locks, source)
+		}
+		s.lockMu.Unlock()
+		l.mu.Lock()
+		defer l.mu.Unlock()
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 		defer cancel()
-		_ = conn.Close(cctx) // ends the session, which releases the lock
+		_ = l.conn.Close(cctx) // ends the session, which releases the lock
 	}
 	return release, true, nil
+}
+
+// sourceLock is the session holding a source's lock.
+type sourceLock struct {
+	mu   sync.Mutex // the connection is used by one caller at a time
+	conn *pgx.Conn
+	key  int32
+}
+
+var _ tidemark.SourceLockChecker = (*Sink)(nil)
+
+// CheckSourceLock implements tidemark.SourceLockChecker: the session that
+// took the lock still answers and still holds it (pg_locks).
+func (s *Sink) CheckSourceLock(ctx context.Context, source string) error {
+	s.lockMu.Lock()
+	l := s.locks[source]
+	s.lockMu.Unlock()
+	if l == nil {
+		return fmt.Errorf("check lock of source %s: not held by this process", source)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var held bool
+	// An advisory lock on two int4 keys is classid = key1, objid = key2
+	// (their bits as oids), objsubid = 2.
+	err := l.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
+	AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 2 AND granted)`,
+		int64(uint32(sourceLockClass)), int64(uint32(l.key))).Scan(&held)
+	if err != nil {
+		return fmt.Errorf("check lock of source %s: the lock's session is gone: %w", source, redact(err, s.secret))
+	}
+	if !held {
+		return fmt.Errorf("check lock of source %s: the lock's session no longer holds it", source)
+	}
+	return nil
 }
 
 // TruncateBefore implements tidemark.StreamTarget: a source TRUNCATE at

@@ -63,6 +63,9 @@ type Sink struct {
 	tombs      map[string]*tombSource      // per source: tombstone pruning state
 	tombTop    map[string]tidemark.Version // per target table: newest tombstone (a bound)
 
+	lockMu sync.Mutex
+	locks  map[string]*sourceLock // per source: the session holding its lock
+
 	directRows, directConflicts atomic.Int64
 
 	// Test hooks (nil in production).

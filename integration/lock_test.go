@@ -1,0 +1,78 @@
+package integration
+
+import (
+	"hash/fnv"
+	"math/rand/v2"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"tidemark/integration/harness"
+)
+
+// TestDaemonStopsOnLostSourceLock: the active daemon's source lock (a
+// session-level advisory lock in PostgreSQL) ends while the daemon runs —
+// here pg_terminate_backend of the lock's session, as idle_session_timeout,
+// a pooler or a PostgreSQL failover would end it. The daemon must notice
+// within seconds and stop with an error naming the lost lock, so that the
+// standby that takes the lock is the only writer (review finding 12).
+func TestDaemonStopsOnLostSourceLock(t *testing.T) {
+	f := newFixture(t)
+	db := randName("it_lock_")
+	f.dropLater(t, db, db)
+	start := f.binlogStart(t)
+	w := &harness.Workload{My: f.my, Database: db, Zone: "UTC", Rand: rand.New(rand.NewPCG(105, 106)), BigTxRows: 20}
+	if err := w.Setup(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := f.configYAML(t, db, db, db, "UTC", start)
+	active := f.startDaemon(t, cfg)
+	defer active.kill()
+	if err := w.Run(20); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCaughtUp(t, db, active)
+	// The standby runs on another host, with its own replica server_id
+	// (with the same one the source itself would end one binlog stream).
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	standbyCfg := cfg + ".standby.yaml"
+	if err := os.WriteFile(standbyCfg, []byte(regexp.MustCompile(`server_id: \d+`).ReplaceAllString(string(b), "server_id: 6999")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	standby := f.startDaemon(t, standbyCfg)
+	defer standby.kill()
+	if !waitFor(30*time.Second, func() bool {
+		return strings.Contains(standby.stderr.String(), "another tidemark process is streaming this source")
+	}) {
+		t.Fatalf("the standby does not wait:\n%s", tail(standby.stderr.String(), 10))
+	}
+	h := fnv.New32a()
+	h.Write([]byte(db))
+	key := int64(h.Sum32()) // objid of pg_try_advisory_lock(0x746d, key), an oid
+	var killed bool
+	if err := f.pg.QueryRow(f.ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
+WHERE locktype = 'advisory' AND classid = 29805 AND objid::bigint = $1 AND objsubid = 2 AND granted`, key).Scan(&killed); err != nil || !killed {
+		t.Fatalf("terminate the lock's session: %v (%v)", err, killed)
+	}
+	if !waitFor(30*time.Second, func() bool { return active.exited() }) {
+		both := strings.Contains(standby.stderr.String(), "starting pipeline")
+		t.Fatalf("30 s after its lock's session ended the active daemon still runs (the standby took the lock and streams too: %v):\nactive:\n%s\nstandby:\n%s",
+			both, tail(active.stderr.String(), 8), tail(standby.stderr.String(), 8))
+	}
+	if out := active.stderr.String(); !strings.Contains(out, "lost the source lock") {
+		t.Errorf("the active daemon stopped without naming the lost lock:\n%s", tail(out, 8))
+	}
+	if !waitFor(30*time.Second, func() bool { return strings.Contains(standby.stderr.String(), "starting pipeline") }) {
+		t.Fatalf("the standby did not take over:\n%s", tail(standby.stderr.String(), 10))
+	}
+	if err := w.Run(20); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCaughtUp(t, db, standby)
+	f.compare(t, harness.TableSpec{Database: db, Table: "orders", SourceZone: "UTC"})
+}
