@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -334,8 +335,9 @@ func (r *Reader) table(ctx context.Context, id tidemark.TableID) (*readTable, er
 		return nil, err
 	}
 	rt = &readTable{table: tbl}
+	keys := tbl.KeyNames()
 	for _, col := range tbl.Columns {
-		env := &valueEnv{table: id, column: col.Name, zone: r.t.cfg.zoneFor(id, col.Name), zeroDates: r.t.cfg.ZeroDates, stats: &r.t.stats}
+		env := &valueEnv{table: id, column: col.Name, zone: r.t.cfg.zoneFor(id, col.Name), zeroDates: r.t.cfg.ZeroDates, stats: &r.t.stats, key: slices.Contains(keys, col.Name)}
 		sel := tidemark.QuoteMySQL(col.Name)
 		conv := env.convFor(col.Kind)
 		switch col.Kind {

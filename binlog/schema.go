@@ -151,7 +151,7 @@ func (t *Tailer) buildTable(tm *replication.TableMapEvent, jsonCols map[string]b
 		if err := tidemark.CheckIdentifier("column of "+id.String(), name); err != nil {
 			return nil, fmt.Errorf("decode table map of %s: %w", id, err)
 		}
-		env := &valueEnv{table: id, column: name, zone: t.cfg.zoneFor(id, name), zeroDates: t.cfg.ZeroDates, stats: &t.stats}
+		env := &valueEnv{table: id, column: name, zone: t.cfg.zoneFor(id, name), zeroDates: t.cfg.ZeroDates, stats: &t.stats, key: keyNames[strings.ToLower(name)]}
 		col := tidemark.Column{Name: name, Nullable: true}
 		if avail, nullable := tm.Nullable(i); avail {
 			col.Nullable = nullable

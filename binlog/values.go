@@ -1,6 +1,7 @@
 package binlog
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -36,6 +37,9 @@ type valueEnv struct {
 	zone      tidemark.ZonePolicy
 	zeroDates string
 	stats     *Stats
+	// key is set for a business key column: a DATETIME in a DST gap is
+	// refused whatever the gap policy (convDateTime).
+	key bool
 }
 
 func (e *valueEnv) errf(format string, args ...any) error {
@@ -425,11 +429,32 @@ func (e *valueEnv) convDateTime(v any) (any, error) {
 	default:
 		return nil, e.errf("want DATETIME, got %T", v)
 	}
-	t, err := e.zone.ToUTC(wall)
+	z := e.zone
+	if e.key {
+		// The gap policies "later" and "earlier" map a local time the
+		// clocks skipped onto the instant of another local time (02:30 and
+		// 03:30 on spring-forward day in New York are both 07:30Z with
+		// "later"): two source keys would become one target row. A key
+		// column refuses the gap instead (a fold is no collision: each
+		// local reading still maps to one instant of its own).
+		z.Gap = tidemark.ResolveError
+	}
+	t, err := z.ToUTC(wall)
 	if err != nil {
+		if e.key && e.zone.Gap != tidemark.ResolveError && errors.Is(err, tidemark.ErrNonexistentTime) {
+			return nil, e.wrap(fmt.Sprintf("key column value %s is in a DST gap of %s (a local time the clocks skipped): the gap policy %q would map it onto the instant of another local time, "+
+				"so two source keys could become one target row; refused for key columns", wall.Format("2006-01-02 15:04:05.999999"), zoneName(e.zone), e.zone.Gap), err)
+		}
 		return nil, e.wrap("normalize DATETIME to UTC", err)
 	}
 	return t, nil
+}
+
+func zoneName(z tidemark.ZonePolicy) string {
+	if z.Location == nil {
+		return "UTC"
+	}
+	return z.Location.String()
 }
 
 // convTimestamp returns the UTC instant of a TIMESTAMP. With ParseTime

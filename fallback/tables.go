@@ -184,11 +184,24 @@ func (c *CatchUp) mirrorAfterLoad(ctx context.Context, rep Report, idx tidemark.
 }
 
 // quarantineOn records the table of a *tidemark.TableError (a table whose
-// schema can no longer be followed) as quarantined and adds it to skip, so
+// schema can no longer be followed) or of a *tidemark.ValueError as quarantined and adds it to skip, so
 // that the catch-up is run again without it. It reports whether it did.
 func (c *CatchUp) quarantineOn(ctx context.Context, err error, reg tidemark.TableRegistry, skip map[tidemark.TableID]bool) (bool, error) {
 	var te *tidemark.TableError
-	if err == nil || !errors.As(err, &te) || skip[te.Table] {
+	var ve *tidemark.ValueError
+	switch {
+	case err == nil:
+		return false, nil
+	case errors.As(err, &te):
+	case errors.As(err, &ve) && ve.Table.Name != "":
+		// A value the reader cannot convert (a key DATETIME in a DST
+		// gap, zero_dates: error, text that is not UTF-8…) is its
+		// table's problem, as on the binlog path.
+		te = &tidemark.TableError{Table: ve.Table, Err: ve}
+	default:
+		return false, nil
+	}
+	if skip[te.Table] {
 		return false, nil
 	}
 	c.cfg.Logger.Error("table quarantined: its changes are skipped from now on; the other tables continue. Resync it with `tidemark resync --table "+te.Table.String()+"` once the cause is fixed",

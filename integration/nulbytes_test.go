@@ -33,23 +33,7 @@ func TestNULBytesQuarantineTheTable(t *testing.T) {
 		"nt": `convert value of ` + db + `.nt.v: text contains a NUL byte`,
 		"nj": `convert value of ` + db + `.nj.j: JSON string contains a NUL byte`,
 	}
-	check := func(step string) {
-		t.Helper()
-		for tb, reason := range want {
-			var mode, got string
-			waitFor(60*time.Second, func() bool {
-				mode, got = f.tableState(t, db, db, tb)
-				return mode == "quarantined" || d.exited()
-			})
-			if mode != "quarantined" || !strings.Contains(got, reason) {
-				t.Fatalf("%s: %s: state %q reason %q, want quarantined with %q\n%s", step, tb, mode, got, reason, tail(d.stderr.String(), 20))
-			}
-		}
-		if d.exited() {
-			t.Fatalf("%s: the daemon exited:\n%s", step, tail(d.stderr.String(), 20))
-		}
-	}
-	check("snapshot")
+	f.waitQuarantined(t, d, db, "snapshot", want)
 	f.waitCaughtUp(t, db, d)
 	f.compareTable(t, db, "ok")
 
@@ -66,8 +50,27 @@ func TestNULBytesQuarantineTheTable(t *testing.T) {
 		"INSERT INTO ok VALUES (3, 'still fine')")
 	want["st"] = `convert value of ` + db + `.st.v: text contains a NUL byte`
 	want["sj"] = `convert value of ` + db + `.sj.j: JSON string contains a NUL byte`
-	check("stream")
+	f.waitQuarantined(t, d, db, "stream", want)
 	f.waitCaughtUp(t, db, d)
 	f.compareTable(t, db, "ok")
 	f.stopOK(t, d)
+}
+
+// waitQuarantined waits for each table of want to be quarantined with a
+// reason containing want[table], and fails if the daemon exited.
+func (f *fixture) waitQuarantined(t *testing.T, d *daemonProc, db, step string, want map[string]string) {
+	t.Helper()
+	for tb, reason := range want {
+		var mode, got string
+		waitFor(60*time.Second, func() bool {
+			mode, got = f.tableState(t, db, db, tb)
+			return mode == "quarantined" || d.exited()
+		})
+		if mode != "quarantined" || !strings.Contains(got, reason) {
+			t.Fatalf("%s: %s: state %q reason %q, want quarantined with %q\n%s", step, tb, mode, got, reason, tail(d.stderr.String(), 20))
+		}
+	}
+	if d.exited() {
+		t.Fatalf("%s: the daemon exited:\n%s", step, tail(d.stderr.String(), 20))
+	}
 }
