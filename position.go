@@ -117,6 +117,10 @@ func ParsePosition(s string) (Position, error) {
 //   - Within one epoch, positions read from different known identities
 //     are ErrIncomparable (an unknown identity, from a checkpoint written
 //     before identities were stored, matches any).
+//   - Two positions of one known identity (and epoch) that both carry a
+//     file and offset of its binlog are ordered by them: the server's own
+//     total order, which a GTID sequence going backwards on a MariaDB
+//     server without gtid_strict_mode does not follow.
 //   - Then GTIDs where both have them: a MariaDB GTID position per domain
 //     (ahead in one domain and behind in another is ErrIncomparable), a
 //     MySQL GTID set by inclusion. GTIDs survive a failover; file names do
@@ -135,6 +139,21 @@ func (p Position) Compare(o Position) (int, error) {
 	}
 	if !p.Source.IsZero() && !o.Source.IsZero() && p.Source != o.Source {
 		return incomparable()
+	}
+	if !p.Source.IsZero() && p.Source == o.Source && p.File != "" && o.File != "" && binlogBase(p.File) == binlogBase(o.File) {
+		// One server, one epoch: its binlog's own order. A GTID
+		// sequence can go backwards on it (MariaDB without
+		// gtid_strict_mode: SET gtid_seq_no, a mysqlbinlog replay, two
+		// masters sharing a domain), its file and offset cannot
+		// (review finding 11).
+		pi, err1 := BinlogFileIndex(p.File)
+		oi, err2 := BinlogFileIndex(o.File)
+		if err1 == nil && err2 == nil {
+			if pi != oi {
+				return cmpU(pi, oi), nil
+			}
+			return cmpU(p.Offset, o.Offset), nil
+		}
 	}
 	if p.GTID != "" && o.GTID != "" {
 		if p.GTID == o.GTID {

@@ -37,6 +37,8 @@ func TestParsePositionErrors(t *testing.T) {
 	}
 }
 
+var srcA = tidemark.SourceIdentity{Flavor: "mariadb", Server: "1", Domain: "0", Scheme: "filepos", Basename: "mysql-bin"}
+
 func TestPositionCompare(t *testing.T) {
 	tests := []struct {
 		a, b    tidemark.Position
@@ -52,6 +54,13 @@ func TestPositionCompare(t *testing.T) {
 		{tidemark.Position{GTID: "0-1-10,1-1-3"}, tidemark.Position{GTID: "0-1-11,1-1-2"}, 0, true},
 		{tidemark.Position{GTID: "0-1-5"}, tidemark.Position{}, 1, false},
 		{tidemark.Position{}, tidemark.Position{}, 0, false},
+		// One known server and epoch: its binlog's order, whatever the
+		// GTID sequence says (MariaDB without gtid_strict_mode; review
+		// finding 11).
+		{tidemark.Position{GTID: "0-1-3", File: "mysql-bin.000006", Offset: 900, Source: srcA}, tidemark.Position{GTID: "0-1-900", File: "mysql-bin.000006", Offset: 600, Source: srcA}, 1, false},
+		{tidemark.Position{GTID: "0-1-3", File: "mysql-bin.000007", Offset: 4, Source: srcA}, tidemark.Position{GTID: "0-1-900", File: "mysql-bin.000006", Offset: 600, Source: srcA}, 1, false},
+		// Without an identity on both sides, GTIDs still decide.
+		{tidemark.Position{GTID: "0-1-3", File: "mysql-bin.000006", Offset: 900}, tidemark.Position{GTID: "0-1-900", File: "mysql-bin.000006", Offset: 600, Source: srcA}, -1, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.a.String()+"_vs_"+tc.b.String(), func(t *testing.T) {
