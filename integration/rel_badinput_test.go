@@ -189,6 +189,33 @@ func TestCanaryNeverPrinted(t *testing.T) {
 	if code != 0 {
 		t.Errorf("checkpoint: exit %d:\n%s", code, out)
 	}
+	// Kafka over SASL_SSL with the canary as the SCRAM password (from
+	// password_file): a run that publishes, then status and doctor.
+	te := tlsEnvFromOS(t)
+	ensureSCRAMUser(t, f.kafka(t), user, secret)
+	withKafka := func(cfg, saslUser string) string {
+		b, err := os.ReadFile(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		y := strings.Replace(string(b), "\nbatch:", fmt.Sprintf("\n  kafka:\n    brokers: [%s]\n    topic_prefix: tk%s\n    exactly_once: true\n    tls: {ca_file: %s}\n    sasl: {mechanism: SCRAM-SHA-256, user: %s, password_file: %s}\nbatch:",
+			te.KafkaSASL, db, te.CA, saslUser, pwFile), 1)
+		return write(randName("cfg_kafka_")+".yaml", y)
+	}
+	goodKafka := withKafka(good, user)
+	if err := w.Run(10); err != nil {
+		t.Fatal(err)
+	}
+	d = f.startDaemon(t, goodKafka)
+	f.caughtUpIn(t, db, d, time.Minute)
+	if code := d.stop(t); code != 0 {
+		t.Fatalf("exit %d (Kafka over SASL_SSL):\n%s", code, tail(d.stderr.String(), 20))
+	}
+	all.WriteString(d.stderr.String())
+	for _, args := range [][]string{{"status", "--config", goodKafka}, {"doctor", "--config", goodKafka}, {"checkpoint", "--config", goodKafka}} {
+		_, out := runBinary(t, time.Minute, nil, args...)
+		all.WriteString(out)
+	}
 	// Failure paths.
 	for _, c := range []struct {
 		name, cfg string
@@ -197,6 +224,7 @@ func TestCanaryNeverPrinted(t *testing.T) {
 		{"wrong MariaDB password", cfgWith(f.env.MySQLUser, goodDSN), []string{"Access denied"}},
 		{"wrong PostgreSQL password", cfgWith(user, wrongDSN), []string{"password authentication failed"}},
 		{"DSN that does not parse", cfgWith(user, badDSN), []string{"dsn"}},
+		{"wrong Kafka SASL password", withKafka(good, te.KafkaUser), []string{"refused the SASL login (SCRAM-SHA-256 as " + te.KafkaUser + ")"}},
 	} {
 		code, out := runBinary(t, 90*time.Second, nil, "run", "--config", c.cfg)
 		all.WriteString(out)

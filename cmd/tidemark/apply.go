@@ -44,6 +44,7 @@ func (c *Config) applierConfig(log *slog.Logger) kafka.ApplierConfig {
 	}
 	ac := kafka.ApplierConfig{
 		Brokers:    k.Brokers,
+		Security:   k.security(),
 		Group:      c.Apply.Group,
 		Topics:     c.Apply.Topics,
 		Exclude:    "^" + regexp.QuoteMeta(cpTopic) + "$",

@@ -351,6 +351,9 @@ func ParseConfig(data []byte, getenv func(string) (string, bool)) (*Config, erro
 	if cfg.Target.Postgres != nil {
 		used = append(used, cfg.Target.Postgres.DSN)
 	}
+	if cfg.Target.Kafka != nil && cfg.Target.Kafka.SASL != nil {
+		used = append(used, cfg.Target.Kafka.SASL.Password)
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, errors.New(annotate(err.Error(), used))
 	}
@@ -386,6 +389,11 @@ func (c *Config) readSecretFiles() error {
 	}
 	if c.Target.Postgres != nil {
 		if err := read("target.postgres.dsn_file", c.Target.Postgres.DSNFile, &c.Target.Postgres.DSN); err != nil {
+			return err
+		}
+	}
+	if c.Target.Kafka != nil && c.Target.Kafka.SASL != nil {
+		if err := read("target.kafka.sasl.password_file", c.Target.Kafka.SASL.PasswordFile, &c.Target.Kafka.SASL.Password); err != nil {
 			return err
 		}
 	}
@@ -647,6 +655,34 @@ type KafkaConfig struct {
 	// ControlRecords announces table schemas on every partition (needed
 	// by `tidemark apply`; always on with an apply section).
 	ControlRecords bool `yaml:"control_records"`
+	// TLS dials the brokers with TLS (absent: plain text; mode defaults
+	// to verify-full), for every client: sink, checkpoint topic, appliers,
+	// admin commands.
+	TLS *TLSConfig `yaml:"tls"`
+	// SASL authenticates to the brokers.
+	SASL *SASLConfig `yaml:"sasl"`
+}
+
+// SASLConfig is target.kafka.sasl. The password comes from password (with
+// ${ENV}) or password_file.
+type SASLConfig struct {
+	Mechanism    string `yaml:"mechanism"`
+	User         string `yaml:"user"`
+	Password     string `yaml:"password"`
+	PasswordFile string `yaml:"password_file"`
+}
+
+// security is the brokers' TLS and SASL for every Kafka client.
+func (k *KafkaConfig) security() kafka.Security {
+	var sec kafka.Security
+	if k.TLS != nil {
+		t := k.TLS.settings()
+		sec.TLS = &t
+	}
+	if k.SASL != nil {
+		sec.SASL = &kafka.SASLConfig{Mechanism: k.SASL.Mechanism, User: k.SASL.User, Password: k.SASL.Password}
+	}
+	return sec
 }
 
 // SinkConfig builds the Kafka sink's config for the source named source
@@ -662,6 +698,7 @@ func (k *KafkaConfig) SinkConfig(source string, log *slog.Logger) kafka.Config {
 	}
 	return kafka.Config{
 		Brokers:            k.Brokers,
+		Security:           k.security(),
 		ClientID:           k.ClientID,
 		TopicPrefix:        k.TopicPrefix,
 		TopicTemplate:      k.TopicTemplate,

@@ -57,6 +57,8 @@ type ApplierConfig struct {
 	Brokers []string
 	// ClientID is the Kafka client id (default "tidemark-apply").
 	ClientID string
+	// Security is TLS and SASL to the brokers (default plain text).
+	Security Security
 	// Group is the consumer group (and the key of the stored offsets).
 	// Required.
 	Group string
@@ -220,7 +222,12 @@ func NewApplier(cfg ApplierConfig, target tidemark.StreamTarget) (*Applier, erro
 	if cfg.Exclude != "" {
 		opts = append(opts, kgo.ConsumeExcludeTopics(cfg.Exclude))
 	}
-	opts = append(opts, cfg.kgoOpts...)
+	cfg.Security = cfg.Security.withDefaults()
+	sec, err := cfg.Security.opts()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(append(opts, sec...), cfg.kgoOpts...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("create applier: %w", err)
@@ -400,6 +407,11 @@ func (a *Applier) schema(value []byte) (*announcedSchema, error) {
 // returns nil) or an error that retrying cannot fix.
 func (a *Applier) Run(ctx context.Context) error {
 	defer a.cl.Close() // leaves the group
+	// A refused login or certificate stops the member at once: the
+	// consumer group's own loop would retry it forever.
+	if err := checkAuth(ctx, a.cl, a.cfg.Security, a.cfg.Brokers); err != nil {
+		return fmt.Errorf("apply: %w", err)
+	}
 	for {
 		fs := a.cl.PollRecords(ctx, a.cfg.MaxRecords)
 		if ctx.Err() != nil {
@@ -808,11 +820,19 @@ func GroupStatus(ctx context.Context, cfg ApplierConfig) ([]GroupPartition, erro
 	if err != nil {
 		return nil, cfgErr("exclude", "%v", err)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ClientID("tidemark-status"))
+	sec := cfg.Security.withDefaults()
+	secOpts, err := sec.opts()
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ClientID("tidemark-status")}, secOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("read apply group %s: %w", cfg.Group, err)
 	}
 	defer cl.Close()
+	if err := checkAuth(ctx, cl, sec, cfg.Brokers); err != nil {
+		return nil, fmt.Errorf("read apply group %s: %w", cfg.Group, err)
+	}
 	adm := kadm.NewClient(cl)
 	td, err := adm.ListTopics(ctx)
 	if err != nil {

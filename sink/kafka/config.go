@@ -18,6 +18,8 @@ type Config struct {
 	Brokers []string
 	// ClientID is the Kafka client id (default "tidemark").
 	ClientID string
+	// Security is TLS and SASL to the brokers (default plain text).
+	Security Security
 
 	// TopicPrefix fills {prefix} in TopicTemplate (default "tidemark").
 	TopicPrefix string
@@ -164,6 +166,7 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.Security = c.Security.withDefaults()
 	return c
 }
 
@@ -209,6 +212,9 @@ func (c Config) validate() error {
 	}
 	if c.ExactlyOnce && c.TransactionalID == "" {
 		return cfgErr("transactional_id", "required with exactly_once")
+	}
+	if err := c.Security.validate(); err != nil {
+		return err
 	}
 	if c.TransactionTimeout < time.Second {
 		return cfgErr("transaction_timeout", "must be at least 1s, got %s", c.TransactionTimeout)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tidemark"
 )
 
 // ErrFenced means Kafka fenced this sink's transactional producer because
@@ -60,6 +62,9 @@ func retryable(err error) bool {
 	switch {
 	case err == nil, isFenced(err), errors.Is(err, context.Canceled):
 		return false
+	}
+	if errors.Is(err, ErrKafkaAuth) || tidemark.IsTLSVerifyError(err) || errors.Is(err, kerr.SaslAuthenticationFailed) {
+		return false // a refused login or certificate: a retry would not change it
 	}
 	var unresolved *unresolvedCommitError
 	if errors.As(err, &unresolved) {

@@ -112,6 +112,12 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		kgo.MaxBufferedBytes(cfg.MaxBufferedBytes),
 		kgo.ProducerBatchMaxBytes(cfg.MaxRecordBytes),
 	}
+	sec, err := cfg.Security.opts()
+	if err != nil {
+		return nil, err
+	}
+	// Every client of the sink (the checkpoint reader too) connects so.
+	cfg.kgoOpts = append(sec, cfg.kgoOpts...)
 	opts = append(opts, cfg.kgoOpts...)
 	if cfg.ExactlyOnce {
 		opts = append(opts, kgo.TransactionalID(cfg.TransactionalID), kgo.TransactionTimeout(cfg.TransactionTimeout))
@@ -136,6 +142,10 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		partitions: map[string]int32{},
 		stored:     map[string]sourceState{},
 		now:        time.Now,
+	}
+	if err := checkAuth(ctx, cl, cfg.Security, cfg.Brokers); err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("open kafka sink: %w", err)
 	}
 	if err := s.init(ctx); err != nil {
 		cl.Close()

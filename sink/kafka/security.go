@@ -1,0 +1,153 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"tidemark"
+)
+
+// SASL mechanisms (SASLConfig.Mechanism).
+const (
+	SASLPlain       = "PLAIN"
+	SASLScramSHA256 = "SCRAM-SHA-256"
+	SASLScramSHA512 = "SCRAM-SHA-512"
+)
+
+// Security is how every client of the package (the sink's producer and
+// admin client, the checkpoint reader, the appliers, GroupStatus) connects
+// to the brokers. The zero value is plain text without authentication.
+type Security struct {
+	// TLS, when set, dials the brokers with TLS. Its Mode defaults to
+	// verify-full (CAFile, else the system's roots; the name checked is
+	// each broker's host, or ServerName).
+	TLS *tidemark.TLSConfig
+	// SASL, when set, authenticates every connection.
+	SASL *SASLConfig
+}
+
+// SASLConfig is a SASL login. The password never appears in a log line,
+// an error or a record.
+type SASLConfig struct {
+	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+	Mechanism string
+	// User and Password authenticate.
+	User, Password string
+}
+
+// tlsDefaults fills TLS.Mode's default.
+func (s Security) withDefaults() Security {
+	if s.TLS != nil && s.TLS.Mode == "" {
+		t := *s.TLS
+		t.Mode = tidemark.TLSVerifyFull
+		s.TLS = &t
+	}
+	return s
+}
+
+// validate checks s after withDefaults; errors are *ConfigError.
+func (s Security) validate() error {
+	_, err := s.opts()
+	return err
+}
+
+// opts are the franz-go options of s (after withDefaults).
+func (s Security) opts() ([]kgo.Opt, error) {
+	var opts []kgo.Opt
+	if s.TLS != nil {
+		if s.TLS.Mode == tidemark.TLSDisable {
+			return nil, cfgErr("tls.mode", "disable: remove the tls section to connect in plain text")
+		}
+		// No host: franz-go sets each broker's own as ServerName.
+		tc, err := s.TLS.ClientConfig("tls", "")
+		if err != nil {
+			field, problem, _ := strings.Cut(err.Error(), ": ")
+			return nil, cfgErr(field, "%s", problem)
+		}
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	if a := s.SASL; a != nil {
+		switch {
+		case a.User == "":
+			return nil, cfgErr("sasl.user", "required")
+		case a.Password == "":
+			return nil, cfgErr("sasl.password", "required (password or password_file)")
+		}
+		var m sasl.Mechanism
+		switch a.Mechanism {
+		case SASLPlain:
+			if s.TLS == nil {
+				return nil, cfgErr("sasl.mechanism", "PLAIN sends the password in clear: set tls too (SASL_SSL), or use SCRAM-SHA-256/512")
+			}
+			m = plain.Auth{User: a.User, Pass: a.Password}.AsMechanism()
+		case SASLScramSHA256:
+			m = scram.Auth{User: a.User, Pass: a.Password}.AsSha256Mechanism()
+		case SASLScramSHA512:
+			m = scram.Auth{User: a.User, Pass: a.Password}.AsSha512Mechanism()
+		default:
+			return nil, cfgErr("sasl.mechanism", "must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, got %q", a.Mechanism)
+		}
+		opts = append(opts, kgo.SASL(m))
+	}
+	return opts, nil
+}
+
+// secret is the SASL password ("" without SASL), redacted from errors.
+func (s Security) secret() string {
+	if s.SASL == nil {
+		return ""
+	}
+	return s.SASL.Password
+}
+
+// ErrKafkaAuth marks an error no retry can heal: the brokers refused the
+// SASL login or their certificate did not verify.
+var ErrKafkaAuth = errors.New("kafka: authentication failed")
+
+// authErr explains an error that is a refused login or certificate (and
+// wraps ErrKafkaAuth), or returns err unchanged. The password is never in
+// its text.
+func authErr(sec Security, brokers []string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var msg string
+	switch {
+	case tidemark.IsTLSVerifyError(err):
+		msg = fmt.Sprintf("kafka brokers %s: %v", strings.Join(brokers, ","), tidemark.TLSError(*sec.TLS, err))
+	case errors.Is(err, kerr.SaslAuthenticationFailed), errors.Is(err, kerr.IllegalSaslState), errors.Is(err, kerr.UnsupportedSaslMechanism):
+		mech := ""
+		if sec.SASL != nil {
+			mech = sec.SASL.Mechanism + " as " + sec.SASL.User
+		}
+		msg = fmt.Sprintf("kafka brokers %s refused the SASL login (%s): %v", strings.Join(brokers, ","), mech, err)
+	default:
+		return err
+	}
+	if p := sec.secret(); p != "" {
+		msg = strings.ReplaceAll(msg, p, "***")
+	}
+	return fmt.Errorf("%s: %w", msg, ErrKafkaAuth)
+}
+
+// checkAuth connects once (a metadata request), so that a refused login or
+// certificate fails at once with authErr instead of inside the first
+// retried operation.
+func checkAuth(ctx context.Context, cl *kgo.Client, sec Security, brokers []string) error {
+	if sec.TLS == nil && sec.SASL == nil {
+		return nil
+	}
+	err := cl.Ping(ctx)
+	if ae := authErr(sec, brokers, err); errors.Is(ae, ErrKafkaAuth) {
+		return ae
+	}
+	return nil // other errors: left to the caller's retries
+}
