@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -583,6 +585,15 @@ func (t *Tailer) addRows(ctx context.Context, tx *txState, e *replication.RowsEv
 	if ti.skip {
 		return nil
 	}
+	if why := partialImage(e, h); why != "" {
+		// Applied, a partial image would write NULLs (or stale values)
+		// where the source has others: the table stops here, loudly.
+		err := fmt.Errorf("decode rows event of %s: %s; tidemark needs whole row images: set it globally and for every session that writes, then resync the table", ti.table.ID, why)
+		t.cfg.Logger.Error("partial row image; the table will be quarantined", "source", t.cfg.Name, "table", ti.table.ID.String(), "err", err)
+		ti.err, ti.skip, ti.reported = err, true, true
+		tx.ddl = append(tx.ddl, tidemark.DDLEvent{Op: tidemark.DDLUndecodable, Table: ti.table.ID, Version: tidemark.Version{Seq: tx.seq}, Reason: err.Error()})
+		return nil
+	}
 	if tx.seq == 0 && !tx.hasGTID {
 		tx.seq = t.seqOf(0, "", h)
 	}
@@ -701,6 +712,48 @@ func (t *Tailer) addRows(ctx context.Context, tx *txState, e *replication.RowsEv
 		return fmt.Errorf("decode rows event of %s: unknown event type", ti.table.ID)
 	}
 	return nil
+}
+
+// partialImage says why a rows event does not carry whole rows ("" when it
+// does). binlog_row_image and binlog_row_value_options are session
+// variables: the global FULL and '' that start checks (checkServer) do not
+// keep one client from writing MINIMAL or NOBLOB images (an INSERT then
+// logs only the columns it names, an UPDATE only the key before and the
+// changed columns after) or JSON diffs (PARTIAL_UPDATE_ROWS_EVENT).
+func partialImage(e *replication.RowsEvent, h *replication.EventHeader) string {
+	if h != nil && h.EventType == replication.PARTIAL_UPDATE_ROWS_EVENT {
+		return "a JSON partial update (PARTIAL_UPDATE_ROWS_EVENT, written by a session with binlog_row_value_options=PARTIAL_JSON); the fix is binlog_row_value_options=''"
+	}
+	var names [][]byte
+	if e.Table != nil {
+		names = e.Table.ColumnName
+	}
+	n := int(e.ColumnCount)
+	var missing []string
+	for _, bitmap := range [2][]byte{e.ColumnBitmap1, e.ColumnBitmap2} {
+		if bitmap == nil {
+			continue
+		}
+		for i := 0; i < n; i++ {
+			if i>>3 < len(bitmap) && bitmap[i>>3]&(1<<(uint(i)&7)) != 0 {
+				continue
+			}
+			name := "#" + strconv.Itoa(i+1)
+			if i < len(names) {
+				name = string(names[i])
+			}
+			if !slices.Contains(missing, name) {
+				missing = append(missing, name)
+			}
+		}
+	}
+	if e.Table != nil && n < len(e.Table.ColumnType) {
+		missing = append(missing, fmt.Sprintf("%d of %d columns", len(e.Table.ColumnType)-n, len(e.Table.ColumnType)))
+	}
+	if len(missing) == 0 {
+		return ""
+	}
+	return "the row image lacks column(s) " + strings.Join(missing, ", ") + " (written by a session with binlog_row_image=MINIMAL or NOBLOB); the fix is binlog_row_image=FULL"
 }
 
 // classify maps a replication error to tidemark's error classes:

@@ -177,3 +177,63 @@ func compressedTxns(t *testing.T, f *fixture) int64 {
 	n, _ := r.GetInt(0, 0)
 	return n
 }
+
+// TestMySQLPartialRowImages: binlog_row_image and binlog_row_value_options
+// are session variables, so one client can write partial row images
+// (MINIMAL: an INSERT logs only the columns it names, an UPDATE only the key
+// before and the changed columns after; PARTIAL_JSON: JSON diffs) while the
+// global settings tidemark checks at start are FULL and ''. Such a row must
+// never be applied as if it were whole: its table is quarantined with an
+// error naming the setting, and the other tables go on.
+func TestMySQLPartialRowImages(t *testing.T) {
+	f := newMySQLFixture(t)
+	db := randName("it_mypart_")
+	f.dropLater(t, db, db)
+	if err := harness.Exec(f.my, "CREATE DATABASE "+db, "USE "+db,
+		"CREATE TABLE m (id INT PRIMARY KEY, a VARCHAR(20), b VARCHAR(20) DEFAULT 'dflt')", "INSERT INTO m VALUES (1, 'a', 'b'), (2, 'a', 'b')",
+		"CREATE TABLE j (id INT PRIMARY KEY, doc JSON, note VARCHAR(20))", `INSERT INTO j VALUES (1, '{"a": 1, "b": [1, 2, 3]}', 'x')`,
+		"CREATE TABLE ok (id INT PRIMARY KEY, v INT)"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := f.relConfig(t, db, db, relOpts{})
+	d := f.startDaemon(t, cfg)
+	defer d.kill()
+	f.caughtUpIn(t, db, d, time.Minute)
+	if err := harness.Exec(f.my, "USE "+db,
+		"SET SESSION binlog_row_image = MINIMAL", "INSERT INTO m (id, a) VALUES (3, 'minimal')", "UPDATE m SET a = 'minimal' WHERE id = 1",
+		"SET SESSION binlog_row_image = FULL",
+		"SET SESSION binlog_row_value_options = PARTIAL_JSON", `UPDATE j SET doc = JSON_SET(doc, '$.a', 2) WHERE id = 1`,
+		"SET SESSION binlog_row_value_options = ''",
+		"INSERT INTO ok VALUES (1, 1)"); err != nil {
+		t.Fatal(err)
+	}
+	f.caughtUpIn(t, db, d, time.Minute)
+	log := d.stderr.String()
+	var b *string
+	err := f.pg.QueryRow(f.ctx, `SELECT b FROM "`+db+`".m WHERE id = 3`).Scan(&b)
+	if err == nil {
+		t.Fatalf("a MINIMAL row image was applied as a whole row (m.3.b = %s, the source has 'dflt'):\n%s", deref(b), tail(log, 20))
+	}
+	quarantined := func(table, why string) bool {
+		for _, l := range strings.Split(log, "\n") {
+			if strings.Contains(l, "table quarantined") && strings.Contains(l, "table="+db+"."+table+" ") && strings.Contains(l, why) {
+				return true
+			}
+		}
+		return false
+	}
+	if !quarantined("m", "binlog_row_image=MINIMAL") || !quarantined("j", "binlog_row_value_options=PARTIAL_JSON") {
+		t.Fatalf("partial row images must quarantine m and j naming the session setting:\n%s", grepLines(log, "level=ERROR"))
+	}
+	if d.exited() {
+		t.Fatalf("the other tables must go on:\n%s", tail(log, 20))
+	}
+	t.Logf("quarantined:\n%s", grepLines(log, "table quarantined"))
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "NULL"
+	}
+	return *s
+}
