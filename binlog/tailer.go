@@ -716,7 +716,7 @@ func (t *Tailer) addRows(ctx context.Context, tx *txState, e *replication.RowsEv
 
 // partialImage says why a rows event does not carry whole rows ("" when it
 // does). binlog_row_image and binlog_row_value_options are session
-// variables: the global FULL and '' that start checks (checkServer) do not
+// variables: the global FULL and ” that start checks (checkServer) do not
 // keep one client from writing MINIMAL or NOBLOB images (an INSERT then
 // logs only the columns it names, an UPDATE only the key before and the
 // changed columns after) or JSON diffs (PARTIAL_UPDATE_ROWS_EVENT).

@@ -182,7 +182,7 @@ func compressedTxns(t *testing.T, f *fixture) int64 {
 // are session variables, so one client can write partial row images
 // (MINIMAL: an INSERT logs only the columns it names, an UPDATE only the key
 // before and the changed columns after; PARTIAL_JSON: JSON diffs) while the
-// global settings tidemark checks at start are FULL and ''. Such a row must
+// global settings tidemark checks at start are FULL and ”. Such a row must
 // never be applied as if it were whole: its table is quarantined with an
 // error naming the setting, and the other tables go on.
 func TestMySQLPartialRowImages(t *testing.T) {
