@@ -116,6 +116,14 @@ type Table struct {
 	// arrive as DDL events (DDLEvent.Indexes).
 	Indexes      []Index
 	IndexesKnown bool
+	// Since, when not zero, is the version of the first change published
+	// with this layout (the scale-out tailer's schema control records
+	// carry it). The partitions of a table reach a new layout at
+	// different times, so a sink that is one of several writers of the
+	// table (an applier) never evolves a target table to a layout older
+	// than the one it was evolved to: the older layout's rows are written
+	// into the newer table. Not part of the Fingerprint.
+	Since Version
 }
 
 // ColumnIndex returns the index of the named column, or -1.

@@ -2,7 +2,9 @@ package integration
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -259,4 +261,85 @@ func withoutLines(s, skip string) string {
 		}
 	}
 	return strings.Join(keep, "\n")
+}
+
+// ownsRE matches an applier's log line that says it was assigned some
+// partitions.
+var ownsRE = regexp.MustCompile(`msg="partitions assigned" .*partitions="?\[tk`)
+
+// TestApplyDropAndCreateWithNewLayout runs the scale-out topology (tailer
+// and two appliers, 4 partitions) with ddl.drop_table: apply through a
+// DROP TABLE and a CREATE TABLE under the same name with one more column,
+// while one applier is stopped; it dies, and its partitions, still with
+// rows of the old layout to apply, move to members that never applied
+// that layout, after the other one created the new table and wrote the
+// new column. The older layout must not realign the table (the new
+// column's values were wiped by DROP COLUMN + ADD COLUMN: review finding
+// 3); the target then equals the source row by row.
+func TestApplyDropAndCreateWithNewLayout(t *testing.T) {
+	f, r, ps, converge := startDDLTopology(t, "it_applylayout_", 102, "    ddl: {drop_table: apply}\n")
+	defer ps.killAll()
+	lagging := ps.procs[2]
+	if err := r.w.Run(40); err != nil {
+		t.Fatal(err)
+	}
+	converge("before the DROP")
+	if !waitFor(60*time.Second, func() bool {
+		owns := func(d *daemonProc) bool {
+			return ownsRE.MatchString(d.stderr.String())
+		}
+		return owns(ps.procs[1]) && owns(lagging)
+	}) {
+		t.Fatalf("the two appliers do not share the partitions:\n%s\n%s", tail(ps.procs[1].stderr.String(), 5), tail(lagging.stderr.String(), 5))
+	}
+	if err := lagging.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = lagging.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}()
+	// Rows of the old layout on every partition, then the new table.
+	if err := r.w.Run(40); err != nil {
+		t.Fatal(err)
+	}
+	newDDL := strings.Replace(harness.OrdersDDL, "\tPRIMARY KEY", "\textra VARCHAR(20) NULL,\n\tPRIMARY KEY", 1)
+	if err := harness.Exec(f.my, "DROP TABLE "+r.db+".orders", "USE "+r.db, newDDL); err != nil {
+		t.Fatal(err)
+	}
+	var vals []string
+	for i := range 200 {
+		vals = append(vals, fmt.Sprintf("(%d, 1, 'new', 2.00, 'new', 'layout 2', NOW(6), NULL, 'extra %d')", 5_000_000+i, i))
+	}
+	if err := harness.Exec(f.my, "INSERT INTO "+r.db+".orders VALUES "+strings.Join(vals, ",")); err != nil {
+		t.Fatal(err)
+	}
+	// The running applier drops the table, creates it anew and writes
+	// its partitions' rows with the new column.
+	// (Well within the group's session timeout, 45 s.)
+	stopped := time.Now()
+	if !waitFor(20*time.Second, func() bool {
+		var n int
+		err := f.pg.QueryRow(f.ctx, `SELECT count(*) FROM "`+r.db+`".orders WHERE extra IS NOT NULL`).Scan(&n)
+		return err == nil && n > 0
+	}) {
+		t.Fatalf("the running applier did not write the new layout's rows:\ntailer:\n%s\napplier:\n%s", tail(withoutLines(ps.procs[0].stderr.String(), "apply status"), 15),
+			tail(withoutLines(ps.procs[1].stderr.String(), "apply status"), 15))
+	}
+	t.Logf("the new layout's rows were in after %s", time.Since(stopped).Round(time.Millisecond))
+	// The lagging member dies; once the group expels it (the session
+	// timeout), its partitions, still before their DROP record, go to
+	// members that never applied their old layout.
+	resumed = true
+	lagging.kill()
+	ps.procs = ps.procs[:2]
+	ps.start("apply", "--config", r.cfg)
+	converge("after the lagging partitions moved")
+	for _, d := range ps.procs[1:] {
+		if strings.Contains(d.stderr.String(), `DROP COLUMN \"extra\"`) {
+			t.Errorf("an applier dropped the new column")
+		}
+	}
 }

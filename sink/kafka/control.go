@@ -24,7 +24,12 @@ import (
 //	value    {"control":"schema","source":"shop","database":"shop","table":"orders",
 //	          "fingerprint":"9f3c2a1b7d5e4f60",
 //	          "columns":[{"name":"id","kind":"int","bits":64,"precision":0,"scale":0,"nullable":false},…],
-//	          "key":[0]}
+//	          "key":[0],"seq":4711,"index":1}
+//
+// seq and index are the version of the change the record comes before:
+// the partitions of a table reach a new layout at different times, and an
+// applier never evolves the target table to an older layout than the one
+// it has (tidemark.Table.Since).
 //
 // Records of one partition are read in order, so an applier always reads
 // the schema before any row written with it: it creates or alters the
@@ -105,12 +110,18 @@ type schemaRecord struct {
 	Fingerprint string         `json:"fingerprint"`
 	Columns     []schemaColumn `json:"columns"`
 	Key         []int          `json:"key"`
+	// Seq and Index are the version of the first change the record
+	// announces the layout for (tidemark.Table.Since): appliers never
+	// evolve a target table to an older layout than it has.
+	Seq   uint64 `json:"seq,omitempty"`
+	Index uint32 `json:"index,omitempty"`
 }
 
-// appendSchema appends the schema control record's value for t.
-func appendSchema(dst []byte, source string, t *tidemark.Table, fingerprint []byte) []byte {
+// appendSchema appends the schema control record's value for t, announced
+// before a change at version since.
+func appendSchema(dst []byte, source string, t *tidemark.Table, fingerprint []byte, since tidemark.Version) []byte {
 	rec := schemaRecord{Control: "schema", Source: source, Database: t.ID.Database, Table: t.ID.Name,
-		Fingerprint: string(fingerprint), Key: t.Key, Columns: make([]schemaColumn, len(t.Columns))}
+		Fingerprint: string(fingerprint), Key: t.Key, Columns: make([]schemaColumn, len(t.Columns)), Seq: since.Seq, Index: since.Index}
 	for i, c := range t.Columns {
 		rec.Columns[i] = schemaColumn{Name: c.Name, Kind: c.Kind.String(), Bits: c.Bits, Precision: c.Precision, Scale: c.Scale, Nullable: c.Nullable}
 	}
@@ -144,7 +155,7 @@ func parseSchema(value []byte) (*announcedSchema, error) {
 	if err := tidemark.CheckIdentifier("table", rec.Table); err != nil {
 		return nil, fmt.Errorf("decode schema record: %w", err)
 	}
-	t := &tidemark.Table{ID: id, Key: rec.Key, Columns: make([]tidemark.Column, len(rec.Columns))}
+	t := &tidemark.Table{ID: id, Key: rec.Key, Columns: make([]tidemark.Column, len(rec.Columns)), Since: tidemark.Version{Seq: rec.Seq, Index: rec.Index}}
 	for i, c := range rec.Columns {
 		if err := tidemark.CheckIdentifier("column of "+id.String(), c.Name); err != nil {
 			return nil, fmt.Errorf("decode schema record: %w", err)

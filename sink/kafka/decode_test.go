@@ -100,7 +100,7 @@ func allKindsCodec(t *testing.T) (*tidemark.Table, []any, *codec, *announcedSche
 	if err != nil {
 		t.Fatal(err)
 	}
-	as, err := parseSchema(c.schema)
+	as, err := parseSchema(appendSchema(nil, c.sourceName, c.table, c.fingerprint, tidemark.Version{Seq: 7, Index: 1}))
 	if err != nil {
 		t.Fatal(err)
 	}

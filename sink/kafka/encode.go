@@ -129,8 +129,9 @@ func (s *Sink) encode(ctx context.Context, b *tidemark.Batch) (*encodedBatch, ti
 				if n < 1 {
 					return nil, stats, fmt.Errorf("announce schema of %s: topic %s has no known partitions", ch.Table.ID, c.topic)
 				}
+				schema := appendSchema(nil, c.sourceName, c.table, c.fingerprint, ch.Version)
 				for p := int32(0); p < n; p++ {
-					enc.recs = append(enc.recs, recSpec{topic: c.topic, control: controlSchema, partition: p, schema: c.schema, tableShape: c.fingerprint})
+					enc.recs = append(enc.recs, recSpec{topic: c.topic, control: controlSchema, partition: p, schema: schema, tableShape: c.fingerprint})
 				}
 				enc.announce = append(enc.announce, c)
 			}

@@ -49,10 +49,11 @@ type codec struct {
 	source []byte
 	// fingerprint is the table_schema header: a hash of Table.Fingerprint.
 	fingerprint []byte
-	// schema is the value of the schema control record (ControlRecords);
-	// announced is set once a batch carrying them was published.
-	schema    []byte
-	announced bool
+	// sourceName names the source in the schema control record
+	// (ControlRecords); announced is set once a batch carrying them was
+	// published.
+	sourceName string
+	announced  bool
 }
 
 type codecKey struct {
@@ -90,7 +91,7 @@ func newCodec(t *tidemark.Table, source, topic string, serverID uint32) (*codec,
 	h := fnv.New64a()
 	h.Write([]byte(t.Fingerprint()))
 	c.fingerprint = fmt.Appendf(nil, "%016x", h.Sum64())
-	c.schema = appendSchema(nil, source, t, c.fingerprint)
+	c.sourceName = source
 	return c, nil
 }
 

@@ -83,9 +83,18 @@ func (s *Sink) apply(ctx context.Context, b *tidemark.Batch, missing *bool) (tid
 	// its own transaction, in batch order. A new schema that cannot be
 	// followed is a *tidemark.TableError: the pipeline quarantines the
 	// table.
+	replan := false
 	for _, g := range p.groups {
 		if err := s.ensure(ctx, g.def, g.key); err != nil {
 			return tidemark.ApplyStats{}, fmt.Errorf("%s: %w", what, redact(err, s.secret))
+		}
+		replan = replan || s.projectionOf(g.key) != nil
+	}
+	if replan {
+		// A layout turned out older than its target table's: its rows
+		// leave out the columns the table lacks (older.go).
+		if p, err = s.plan(b); err != nil {
+			return tidemark.ApplyStats{}, fmt.Errorf("%s: %w", what, err)
 		}
 	}
 	var stats tidemark.ApplyStats
@@ -124,10 +133,10 @@ func (s *Sink) forgetOnMissing(err error, p *batchPlan) bool {
 	if !errors.As(err, &pgErr) || (pgErr.Code != "42P01" && pgErr.Code != "42703") {
 		return false
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, g := range p.groups {
-		delete(s.ensured, g.key)
+		// Every layout of the table: a projected layout's def is not
+		// the one its rows came with (older.go).
+		s.forgetTable(g.def.id)
 	}
 	return true
 }
@@ -182,11 +191,16 @@ func (s *Sink) plan(b *tidemark.Batch) (*batchPlan, error) {
 	// Per change: the index of its upsert and of its delete op, or -1.
 	perChange := make([][2]int, len(b.Changes))
 
-	add := func(i int, d *tableDef, dk defKey, row []any, del bool, c *tidemark.Change) int {
+	// add plans a row of c (in c.Table's layout) as def d; pr, when not
+	// nil, writes it without the columns an older layout's target lacks.
+	add := func(i int, d *tableDef, dk defKey, pr *projection, row []any, del bool, c *tidemark.Change) int {
 		idx := len(ops)
+		k := slot{d.qname, c.Table.KeyOf(row)}
+		if pr != nil {
+			row = pr.project(row)
+		}
 		ops = append(ops, plannedOp{change: i, def: d, key: dk, row: row, del: del,
 			version: c.Version, commit: c.CommitTime, alive: true})
-		k := slot{d.qname, c.Table.KeyOf(row)}
 		if j, ok := latest[k]; ok {
 			if ops[j].version.Compare(c.Version) > 0 {
 				ops[idx].alive = false // an older change after a newer one
@@ -199,8 +213,9 @@ func (s *Sink) plan(b *tidemark.Batch) (*batchPlan, error) {
 	}
 
 	type tableAndKey struct {
-		def *tableDef
-		key defKey
+		def  *tableDef
+		key  defKey
+		proj *projection
 	}
 	byTable := map[*tidemark.Table]tableAndKey{}
 	for i := range b.Changes {
@@ -217,10 +232,13 @@ func (s *Sink) plan(b *tidemark.Batch) (*batchPlan, error) {
 			if err != nil {
 				return nil, err
 			}
-			td = tableAndKey{d, dk}
+			td = tableAndKey{d, dk, s.projectionOf(dk)}
+			if td.proj != nil {
+				td.def, td.key = td.proj.def, td.proj.key
+			}
 			byTable[c.Table] = td
 		}
-		d, dk := td.def, td.key
+		d, dk, pr := td.def, td.key, td.proj
 		check := func(name string, row []any) error {
 			if row == nil {
 				return fmt.Errorf("change %d (%s of %s, version %s): no %s image", i, c.Op, c.Table.ID, c.Version, name)
@@ -236,7 +254,7 @@ func (s *Sink) plan(b *tidemark.Batch) (*batchPlan, error) {
 			if err := check("after", c.After); err != nil {
 				return nil, err
 			}
-			perChange[i][0] = add(i, d, dk, c.After, false, c)
+			perChange[i][0] = add(i, d, dk, pr, c.After, false, c)
 		case tidemark.OpUpdate:
 			if err := check("after", c.After); err != nil {
 				return nil, err
@@ -248,15 +266,15 @@ func (s *Sink) plan(b *tidemark.Batch) (*batchPlan, error) {
 				if c.Table.KeyOf(c.Before) != c.Table.KeyOf(c.After) {
 					// Key change: the old key goes, the new key is
 					// upserted, both at the change's version.
-					perChange[i][1] = add(i, d, dk, c.Before, true, c)
+					perChange[i][1] = add(i, d, dk, pr, c.Before, true, c)
 				}
 			}
-			perChange[i][0] = add(i, d, dk, c.After, false, c)
+			perChange[i][0] = add(i, d, dk, pr, c.After, false, c)
 		case tidemark.OpDelete:
 			if err := check("before", c.Before); err != nil {
 				return nil, err
 			}
-			perChange[i][1] = add(i, d, dk, c.Before, true, c)
+			perChange[i][1] = add(i, d, dk, pr, c.Before, true, c)
 		default:
 			return nil, fmt.Errorf("change %d of %s: unknown op %s", i, c.Table.ID, c.Op)
 		}

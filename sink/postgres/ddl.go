@@ -117,7 +117,16 @@ type alignment struct {
 	// to mirror a source index to the statement that created it
 	// (indexes.go). Others on the table are never touched.
 	Indexes map[string]string `json:"indexes,omitempty"`
+	// Seq and Idx are the version of the layout (tidemark.Table.Since)
+	// when it was known: an older layout never realigns the table
+	// (older.go).
+	Seq uint64 `json:"seq,omitempty"`
+	Idx uint32 `json:"idx,omitempty"`
 }
+
+// since returns the version of the layout the table is aligned to (zero:
+// unknown).
+func (a *alignment) since() tidemark.Version { return tidemark.Version{Seq: a.Seq, Index: a.Idx} }
 
 type alignedColumn struct {
 	Name      string `json:"name"`
@@ -136,7 +145,7 @@ var kindByName = func() map[string]tidemark.Kind {
 }()
 
 func alignmentOf(t *tidemark.Table) *alignment {
-	a := &alignment{Format: 1, Key: t.KeyNames()}
+	a := &alignment{Format: 1, Key: t.KeyNames(), Seq: t.Since.Seq, Idx: t.Since.Index}
 	for _, c := range t.Columns {
 		a.Columns = append(a.Columns, alignedColumn{Name: c.Name, Kind: c.Kind.String(), Bits: c.Bits, Precision: c.Precision, Scale: c.Scale})
 	}
@@ -387,6 +396,9 @@ func (d *tableDef) evolve(t *targetTable, policy SchemaPolicy) (*evolution, erro
 		oldKey = old.Key
 		ev.align.Kept = slices.Clone(old.Kept)
 		ev.align.Indexes = old.Indexes
+		if d.table.Since == (tidemark.Version{}) {
+			ev.align.Seq, ev.align.Idx = old.Seq, old.Idx
+		}
 	}
 	if newKey := d.table.KeyNames(); !slices.Equal(oldKey, newKey) {
 		return nil, d.incompatible("business key changed from (%s) to (%s)", strings.Join(oldKey, ", "), strings.Join(newKey, ", "))
@@ -512,8 +524,10 @@ func usingFor(col, have, want string) string {
 //
 // directSafe is set when the direct insert path may be used: the target's
 // primary key is the business key and is checked at once (not deferred), so
-// a COPY of an existing key fails instead of adding a second row.
-func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, directSafe *bool) error {
+// a COPY of an existing key fails instead of adding a second row. proj is
+// set when d is an older layout than the table's whose rows leave columns
+// out (older.go).
+func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, directSafe *bool, proj **projection) error {
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", ddlLockKey); err != nil {
 		return d.wrap("lock for DDL on table", err)
 	}
@@ -542,6 +556,11 @@ func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, directSafe 
 				return fmt.Errorf("check table %s: target table has no column %q (source table %s): it was created for delete_mode hard", d.display, c, d.id)
 			}
 		}
+	}
+	if olderLayout(d, t) {
+		p, err := s.fitOlder(ctx, tx, d, t)
+		*proj = p
+		return err
 	}
 	ev, err := d.evolve(t, s.cfg.Schema)
 	if err != nil {
@@ -666,6 +685,11 @@ func (s *Sink) forgetTable(id tidemark.TableID) {
 	for k := range s.ensured {
 		if k.id == id {
 			delete(s.ensured, k)
+		}
+	}
+	for k := range s.projections {
+		if k.id == id {
+			delete(s.projections, k)
 		}
 	}
 }
@@ -990,14 +1014,16 @@ func (s *Sink) ensure(ctx context.Context, d *tableDef, k defKey) error {
 		return nil
 	}
 	var directSafe bool
+	var proj *projection
 	err := tidemark.Retry(ctx, "prepare table "+d.display, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
-		directSafe = false
-		return redact(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return s.ensureTx(ctx, tx, d, &directSafe) }), s.secret)
+		directSafe, proj = false, nil
+		return redact(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return s.ensureTx(ctx, tx, d, &directSafe, &proj) }), s.secret)
 	})
 	if err != nil {
 		return err
 	}
 	s.setDirectSafe(k, directSafe)
+	s.setProjection(k, proj)
 	s.markEnsured(k)
 	return nil
 }

@@ -57,7 +57,9 @@ type Sink struct {
 	mu      sync.Mutex
 	defs    map[defKey]*tableDef // built definitions
 	ensured map[defKey]bool      // target table checked (and created) in a committed transaction
-	direct  map[defKey]*directState
+	// projections: how the rows of an older layout are written (older.go)
+	projections map[defKey]*projection
+	direct      map[defKey]*directState
 	// skipLogged remembers the unmirrorable indexes already logged.
 	skipLogged map[string]bool
 	tombs      map[string]*tombSource      // per source: tombstone pruning state
@@ -109,18 +111,19 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 			"host", pcfg.ConnConfig.Host, "database", pcfg.ConnConfig.Database)
 	}
 	s := &Sink{
-		cfg:        cfg,
-		log:        log,
-		rlog:       &tidemark.RateLimitedLogger{Logger: log},
-		secret:     pcfg.ConnConfig.Password,
-		host:       pcfg.ConnConfig.Host,
-		tlsVerify:  tlsVerification(pcfg.ConnConfig.TLSConfig),
-		defs:       map[defKey]*tableDef{},
-		ensured:    map[defKey]bool{},
-		direct:     map[defKey]*directState{},
-		skipLogged: map[string]bool{},
-		tombs:      map[string]*tombSource{},
-		tombTop:    map[string]tidemark.Version{},
+		cfg:         cfg,
+		log:         log,
+		rlog:        &tidemark.RateLimitedLogger{Logger: log},
+		secret:      pcfg.ConnConfig.Password,
+		host:        pcfg.ConnConfig.Host,
+		tlsVerify:   tlsVerification(pcfg.ConnConfig.TLSConfig),
+		defs:        map[defKey]*tableDef{},
+		ensured:     map[defKey]bool{},
+		projections: map[defKey]*projection{},
+		direct:      map[defKey]*directState{},
+		skipLogged:  map[string]bool{},
+		tombs:       map[string]*tombSource{},
+		tombTop:     map[string]tidemark.Version{},
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {

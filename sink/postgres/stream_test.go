@@ -252,3 +252,58 @@ func TestStaleTombstoneCacheOfAnotherApplier(t *testing.T) {
 		t.Fatalf("target rows %v, want only 1001|x (the source's)", got)
 	}
 }
+
+// TestOlderLayoutKeepsTheTable: an applier that writes rows of a layout
+// older than the target table's (a partition behind a schema change,
+// moved to a fresh member) neither realigns the table nor refuses it: the
+// newer column keeps its values through a later ensure of the newer layout
+// (review finding 3: DROP COLUMN + ADD COLUMN wiped them), a widened column
+// takes the older layout's narrower values, and a column the newer layout
+// dropped (drop_columns: drop) is left out of the older rows.
+func TestOlderLayoutKeepsTheTable(t *testing.T) {
+	ctx := context.Background()
+	id := tidemark.Column{Name: "id", Kind: tidemark.KindInt, Bits: 64}
+	for _, drop := range []bool{false, true} {
+		t.Run(fmt.Sprintf("drop_columns=%v", drop), func(t *testing.T) {
+			opts := []envOption{withOffsets}
+			if drop {
+				opts = append(opts, func(c *Config) { c.Schema.DropColumns = DropColumns })
+			}
+			e := newEnv(t, opts...)
+			// Layout 1 (announced at 5): n INT, a TEXT. Layout 2 (at 10):
+			// n BIGINT, b TEXT; a dropped.
+			s1 := evoTable("t", id, tidemark.Column{Name: "n", Kind: tidemark.KindInt, Bits: 32, Nullable: true}, tidemark.Column{Name: "a", Kind: tidemark.KindText, Nullable: true})
+			s1.Since = v(5, 1)
+			e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(s1, v(5, 1), int64(1), int64(1), "a1")}, Refresh: true,
+				Offsets: []tidemark.StreamOffset{{Group: "g", Topic: "x", Partition: 0, Next: 1, Prev: -1}}})
+			s2 := evoTable("t", id, tidemark.Column{Name: "n", Kind: tidemark.KindInt, Bits: 64, Nullable: true}, tidemark.Column{Name: "b", Kind: tidemark.KindText, Nullable: true})
+			s2.Since = v(10, 1)
+			if err := e.sink.EnsureTable(ctx, s2); err != nil {
+				t.Fatal(err)
+			}
+			e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(s2, v(10, 1), int64(2), int64(1)<<40, "b2")}, Refresh: true,
+				Offsets: []tidemark.StreamOffset{{Group: "g", Topic: "x", Partition: 0, Next: 2, Prev: 1}}})
+			// A fresh member gets partition 1, still at layout 1.
+			other := *e
+			other.sink = openSinkLike(t, e.sink.cfg)
+			s1again := *s1
+			if err := other.sink.EnsureTable(ctx, &s1again); err != nil {
+				t.Fatalf("ensure of the older layout: %v", err)
+			}
+			other.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(&s1again, v(6, 1), int64(3), int64(3), "a3")}, Refresh: true,
+				Offsets: []tidemark.StreamOffset{{Group: "g", Topic: "x", Partition: 1, Next: 1, Prev: -1}}})
+			// Then partition 1 reaches layout 2's schema record.
+			s2again := *s2
+			if err := other.sink.EnsureTable(ctx, &s2again); err != nil {
+				t.Fatal(err)
+			}
+			cols, want := "id, n, a, b", "1|1|a1|∅,2|1099511627776|∅|b2,3|3|a3|∅"
+			if drop {
+				cols, want = "id, n, b", "1|1|∅,2|1099511627776|b2,3|3|∅"
+			}
+			if got := e.rows(`SELECT ` + cols + ` FROM ` + e.table("t") + ` ORDER BY id`); strings.Join(got, ",") != want {
+				t.Fatalf("rows %v, want %s", got, want)
+			}
+		})
+	}
+}
