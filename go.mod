@@ -11,6 +11,7 @@ require (
 	github.com/rs/zerolog v1.28.0
 	github.com/schollz/progressbar/v3 v3.19.1
 	go.yaml.in/yaml/v3 v3.0.6
+	golang.org/x/crypto v0.51.0
 	vitess.io/vitess v0.24.4
 )
 

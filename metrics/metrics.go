@@ -7,6 +7,7 @@ package metrics
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -387,7 +388,9 @@ func (m *Metrics) Handler() http.Handler {
 // Serve listens on listen (host:port) and serves Handler until ctx is
 // done; it then shuts the server down and returns nil. A listen error is
 // returned at once. With listen "off" it just waits for ctx.
-func (m *Metrics) Serve(ctx context.Context, listen string, log *slog.Logger) error {
+// web (nil: plain HTTP without authentication) adds TLS and basic
+// authentication to every path.
+func (m *Metrics) Serve(ctx context.Context, listen string, web *WebConfig, log *slog.Logger) error {
 	if listen == "off" {
 		<-ctx.Done()
 		return nil
@@ -396,22 +399,32 @@ func (m *Metrics) Serve(ctx context.Context, listen string, log *slog.Logger) er
 	if err != nil {
 		return fmt.Errorf("listen for metrics on %s: %w", listen, err)
 	}
-	return m.ServeOn(ctx, ln, log)
+	return m.ServeOn(ctx, ln, web, log)
 }
 
 // ServeOn serves Handler on ln until ctx is done, as Serve does; it warns
-// when ln is reachable beyond loopback (the endpoints have no
-// authentication).
-func (m *Metrics) ServeOn(ctx context.Context, ln net.Listener, log *slog.Logger) error {
+// when ln is reachable beyond loopback without authentication (web has no
+// basic_auth_users) or in plain text.
+func (m *Metrics) ServeOn(ctx context.Context, ln net.Listener, web *WebConfig, log *slog.Logger) error {
 	if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil {
 		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-			log.Warn("metrics endpoint is reachable beyond loopback and has no authentication", "addr", ln.Addr().String())
+			if web == nil || len(web.Users) == 0 {
+				log.Warn("metrics endpoint is reachable beyond loopback and has no authentication (metrics.web_config_file: basic_auth_users)", "addr", ln.Addr().String())
+			}
+			if web == nil || web.TLS == nil {
+				log.Warn("metrics endpoint is reachable beyond loopback in plain text (metrics.web_config_file: tls_server_config)", "addr", ln.Addr().String())
+			}
 		}
 	}
-	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	scheme := "http://"
+	if web != nil && web.TLS != nil {
+		ln = tls.NewListener(ln, web.TLS)
+		scheme = "https://"
+	}
+	srv := &http.Server{Handler: web.authenticate(m.Handler()), ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info("serving metrics and the status page", "metrics", "http://"+ln.Addr().String()+"/metrics", "status", "http://"+ln.Addr().String()+"/")
+	log.Info("serving metrics and the status page", "metrics", scheme+ln.Addr().String()+"/metrics", "status", scheme+ln.Addr().String()+"/")
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve metrics: %w", err)

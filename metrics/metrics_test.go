@@ -36,7 +36,7 @@ func TestMetricsEndpoints(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	var logs bytes.Buffer
-	go func() { done <- m.ServeOn(ctx, ln, slog.New(slog.NewTextHandler(&logs, nil))) }()
+	go func() { done <- m.ServeOn(ctx, ln, nil, slog.New(slog.NewTextHandler(&logs, nil))) }()
 	base := "http://" + ln.Addr().String()
 
 	if code, _ := get(t, base+"/healthz"); code != 200 {

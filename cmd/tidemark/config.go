@@ -18,6 +18,7 @@ import (
 	"tidemark/checkpoint"
 	"tidemark/dedupe"
 	"tidemark/fallback"
+	"tidemark/metrics"
 	"tidemark/sink/kafka"
 	"tidemark/verify"
 )
@@ -587,6 +588,10 @@ type MetricsConfig struct {
 	// RetentionInterval is how often the binlog retention headroom is
 	// measured (default 1m).
 	RetentionInterval time.Duration `yaml:"retention_interval"`
+	// WebConfigFile is a file in the Prometheus exporters' web.config.file
+	// format (tls_server_config, basic_auth_users; metrics.WebConfig):
+	// TLS and basic authentication for every path of the endpoint.
+	WebConfigFile string `yaml:"web_config_file"`
 }
 
 // DefaultMetricsListen is the default metrics address.
@@ -611,6 +616,11 @@ func (c MetricsConfig) Validate() error {
 	}
 	if c.RetentionInterval < 0 {
 		return errors.New("config: metrics.retention_interval: must be ≥ 0")
+	}
+	if c.WebConfigFile != "" {
+		if _, err := metrics.LoadWebConfig(c.WebConfigFile); err != nil {
+			return fmt.Errorf("config: metrics.web_config_file: %w", err)
+		}
 	}
 	return nil
 }

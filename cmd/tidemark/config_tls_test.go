@@ -63,6 +63,8 @@ func TestTLSAndSASLConfig(t *testing.T) {
 		{"kafka both", kafka("    sasl: {mechanism: PLAIN, user: tm, password: '${TM_PW}', password_file: " + pw + "}\n"), "target.kafka.sasl.password_file: set either it or the value it replaces"},
 		{"kafka tls disable", kafka("    tls: {mode: disable}\n"), "config: target.kafka.tls.mode: disable: remove the tls section"},
 		{"kafka tls ca", kafka("    tls: {ca_file: " + pw + "}\n"), "config: target.kafka.tls.ca_file: " + pw + " holds no PEM certificate"},
+		{"web config file", base + "metrics:\n  web_config_file: " + pw + "\n", "config: metrics.web_config_file: web config " + pw + ": yaml:"},
+		{"web config missing", base + "metrics:\n  web_config_file: " + dir + "/web.yml\n", "config: metrics.web_config_file: read web config: open " + dir + "/web.yml: no such file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseConfig([]byte(tc.yaml), env(map[string]string{"TM_PW": canary}))

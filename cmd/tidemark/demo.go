@@ -126,7 +126,7 @@ func demo(ctx context.Context, steps int, listen string, log *slog.Logger, out i
 	}
 	pageCtx, stopPage := context.WithCancel(ctx)
 	pageDone := make(chan error, 1)
-	go func() { pageDone <- m.ServeOn(pageCtx, ln, log) }()
+	go func() { pageDone <- m.ServeOn(pageCtx, ln, nil, log) }()
 	defer func() { stopPage(); <-pageDone }()
 	fmt.Fprintf(out, "status page: http://%s/ (while the demo runs; `tidemark run` serves it next to /metrics)\n\n", ln.Addr())
 	// A source with no GTID yet (a fresh server) gives no start position:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"tidemark/metrics"
@@ -18,9 +19,18 @@ type Metrics struct {
 func NewMetrics() *Metrics { return &Metrics{metrics.New()} }
 
 // Serve serves the metrics on cfg.Listen (default 127.0.0.1:9650; "off":
-// none) until ctx is done.
+// none) until ctx is done, with the TLS and basic authentication of
+// cfg.WebConfigFile.
 func (m *Metrics) Serve(ctx context.Context, cfg MetricsConfig, log *slog.Logger) error {
-	return m.Metrics.Serve(ctx, cfg.withDefaults().Listen, log)
+	cfg = cfg.withDefaults()
+	var web *metrics.WebConfig
+	if cfg.WebConfigFile != "" && cfg.Listen != "off" {
+		var err error
+		if web, err = metrics.LoadWebConfig(cfg.WebConfigFile); err != nil {
+			return fmt.Errorf("config: metrics.web_config_file: %w", err)
+		}
+	}
+	return m.Metrics.Serve(ctx, cfg.Listen, web, log)
 }
 
 // WatchApplier exports the partitions assigned to an apply-group member
