@@ -121,25 +121,34 @@ func parseCheckpoint(source string, value []byte) (checkpoint, sourceState, erro
 type checkpointPartitioner struct {
 	topic string
 	keyed kgo.Partitioner
+	watch *partitionWatch
 }
 
-func newPartitioner(checkpointTopic string) kgo.Partitioner {
-	return checkpointPartitioner{checkpointTopic, kgo.StickyKeyPartitioner(nil)}
+func newPartitioner(checkpointTopic string, watch *partitionWatch) kgo.Partitioner {
+	return checkpointPartitioner{checkpointTopic, kgo.StickyKeyPartitioner(nil), watch}
 }
 
 func (p checkpointPartitioner) ForTopic(t string) kgo.TopicPartitioner {
 	if t == p.topic {
 		return partitionZero{}
 	}
-	return controlPartitioner{p.keyed.ForTopic(t)}
+	return controlPartitioner{p.keyed.ForTopic(t), t, p.watch}
 }
 
 // controlPartitioner sends a schema control record to the partition it
-// names, and every other record where the keyed partitioner does.
-type controlPartitioner struct{ keyed kgo.TopicPartitioner }
+// names, and every other record where the keyed partitioner does. It
+// reports to watch a count other than the topic's first one.
+type controlPartitioner struct {
+	keyed kgo.TopicPartitioner
+	topic string
+	watch *partitionWatch
+}
 
 func (controlPartitioner) RequiresConsistency(*kgo.Record) bool { return true }
 func (p controlPartitioner) Partition(r *kgo.Record, n int) int {
+	if p.watch != nil {
+		_ = p.watch.check(p.topic, int32(n)) // the sink returns it before committing
+	}
 	if len(r.Headers) > 0 && r.Headers[0].Key == controlHeader {
 		return int(r.Partition)
 	}

@@ -456,6 +456,9 @@ func (s *Sink) publishControl(ctx context.Context, source string, recs []tableCo
 	if err := s.activate(ctx); err != nil {
 		return err
 	}
+	if err := s.checkPartitionCounts(ctx); err != nil {
+		return err
+	}
 	stored, err := s.state(ctx, source)
 	if err != nil {
 		return err

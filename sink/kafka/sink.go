@@ -68,6 +68,8 @@ type Sink struct {
 	topics     map[topicKey]string
 	topicOwner map[string]topicKey
 	partitions map[string]int32       // partition count of the change topics (ControlRecords)
+	watch      *partitionWatch        // the counts the partitioner must find (ControlRecords)
+	countsAt   time.Time              // when the live counts were last compared
 	stored     map[string]sourceState // per source: what is known to be committed
 	txnOpen    bool                   // a transaction was begun and not ended
 	active     bool                   // the transactional id is initialized (Activate)
@@ -103,11 +105,12 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 	}
 	log := cfg.Logger.With("component", "sink/kafka")
 	klog := kgoLogger{l: log.With("lib", "franz-go"), debug: log.Enabled(ctx, slog.LevelDebug)}
+	watch := &partitionWatch{want: map[string]int32{}}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),
 		kgo.WithLogger(klog),
-		kgo.RecordPartitioner(newPartitioner(cfg.CheckpointTopic)),
+		kgo.RecordPartitioner(newPartitioner(cfg.CheckpointTopic, watch)),
 		kgo.MaxBufferedRecords(cfg.MaxBufferedRecords),
 		kgo.MaxBufferedBytes(cfg.MaxBufferedBytes),
 		kgo.ProducerBatchMaxBytes(cfg.MaxRecordBytes),
@@ -140,6 +143,7 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		topics:     map[topicKey]string{},
 		topicOwner: map[string]topicKey{},
 		partitions: map[string]int32{},
+		watch:      watch,
 		stored:     map[string]sourceState{},
 		now:        time.Now,
 	}
@@ -321,6 +325,9 @@ func (s *Sink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStat
 	if err != nil {
 		return tidemark.ApplyStats{}, err
 	}
+	if err := s.checkPartitionCounts(ctx); err != nil {
+		return tidemark.ApplyStats{}, err
+	}
 	if s.cfg.ExactlyOnce {
 		err = s.publishTxn(ctx, b, enc, stored)
 	} else {
@@ -352,6 +359,9 @@ func (s *Sink) publish(ctx context.Context, b *tidemark.Batch, enc *encodedBatch
 		if err != nil {
 			return err
 		}
+	}
+	if err := s.watch.failed(); err != nil {
+		return err // no checkpoint: the batch is published again after a restart
 	}
 	if b.Checkpoint.IsZero() && len(b.Watermarks) == 0 {
 		return nil
@@ -430,6 +440,14 @@ func (s *Sink) attemptTxn(ctx context.Context, source string, enc *encodedBatch,
 		if isFenced(err) {
 			return err
 		}
+		if aerr := s.abort(ctx); aerr != nil {
+			return errors.Join(err, aerr)
+		}
+		return err
+	}
+	if err := s.watch.failed(); err != nil {
+		// A record went by another partition count: abort, so that
+		// no applier reads it.
 		if aerr := s.abort(ctx); aerr != nil {
 			return errors.Join(err, aerr)
 		}

@@ -239,7 +239,7 @@ func TestCheckpointIgnoresAbortedAndOpen(t *testing.T) {
 	apply(t, s, &tidemark.Batch{Source: "src", Checkpoint: gtid(1)})
 
 	raw, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID(randName("other-")),
-		kgo.RecordPartitioner(newPartitioner(cfg.CheckpointTopic)))
+		kgo.RecordPartitioner(newPartitioner(cfg.CheckpointTopic, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
@@ -123,10 +125,82 @@ func (s *Sink) topicFor(ctx context.Context, source string, id tidemark.TableID)
 			return "", err
 		}
 		s.partitions[name] = n
+		s.watch.expect(name, n)
 	}
 	s.topics[k] = name
 	s.topicOwner[name] = k
 	return name, nil
+}
+
+// partitionWatch holds the partition count each change topic had when the
+// sink first used it (ControlRecords): schema and control records went to
+// those partitions, and every key's changes by that count. The partitioner
+// reports a record it places by another count (the client's metadata saw
+// partitions added), and the sink stops before committing it.
+type partitionWatch struct {
+	mu   sync.Mutex
+	want map[string]int32
+	err  error // sticky
+}
+
+// partitionCountError is a change topic whose partition count changed
+// while the sink ran.
+type partitionCountError struct {
+	topic     string
+	was, live int32
+}
+
+func (e *partitionCountError) Error() string {
+	return fmt.Sprintf("the partition count of change topic %s changed from %d to %d while the tailer ran: rows would go to partitions without their schema record, and a key's changes to two partitions; stopping before publishing by the new count (stop the tailer, let every applier catch up, then start it again: it announces the schemas on every partition; docs/kafka.md)", e.topic, e.was, e.live)
+}
+
+func (w *partitionWatch) expect(topic string, n int32) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.want[topic] = n
+}
+
+// check records an error when topic is watched with another count than n.
+func (w *partitionWatch) check(topic string, n int32) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if want, ok := w.want[topic]; ok && want != n && w.err == nil {
+		w.err = &partitionCountError{topic: topic, was: want, live: n}
+	}
+	return w.err
+}
+
+func (w *partitionWatch) failed() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// checkPartitionCounts compares, at most every 10 s, the live partition
+// count of every change topic in use with the count it had when first used
+// (the partitioner catches a record placed by a new count in between), and
+// returns the error once one differs. Callers hold s.mu.
+func (s *Sink) checkPartitionCounts(ctx context.Context) error {
+	if err := s.watch.failed(); err != nil || len(s.partitions) == 0 || s.now().Sub(s.countsAt) < 10*time.Second {
+		return err
+	}
+	names := make([]string, 0, len(s.partitions))
+	for name := range s.partitions {
+		names = append(names, name)
+	}
+	td, err := s.adm.ListTopics(ctx, names...)
+	if err != nil {
+		return nil // transient: the partitioner still watches, the next batch asks again
+	}
+	s.countsAt = s.now()
+	for _, name := range names {
+		if d, ok := td[name]; ok && d.Err == nil && len(d.Partitions) > 0 {
+			if err := s.watch.check(name, int32(len(d.Partitions))); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 type topicKey struct {
