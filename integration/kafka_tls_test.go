@@ -241,7 +241,8 @@ func TestTLSApplyTopology(t *testing.T) {
 		t.Fatalf("status over SASL_SSL: exit %d:\n%s", code, status)
 	}
 	code, doctor := runBinary(t, time.Minute, nil, "doctor", "--config", r.cfg)
-	if !hasCheck(doctor, "ok", "source TLS", "certificate verified") || !hasCheck(doctor, "ok", "target TLS", "certificate verified") {
+	if !hasCheck(doctor, "ok", "source TLS", "certificate verified") || !hasCheck(doctor, "ok", "target TLS", "certificate verified") ||
+		!hasCheck(doctor, "ok", "target kafka", te.KafkaSASL+": TLS verify-full (CA "+te.CA+"), SASL SCRAM-SHA-512 as "+te.KafkaUser) {
 		t.Fatalf("doctor: exit %d:\n%s", code, doctor)
 	}
 	for _, d := range []*daemonProc{applier, tailer} {

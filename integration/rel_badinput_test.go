@@ -9,6 +9,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -203,11 +205,32 @@ func TestCanaryNeverPrinted(t *testing.T) {
 		return write(randName("cfg_kafka_")+".yaml", y)
 	}
 	goodKafka := withKafka(good, user)
+	// ... with the ops endpoint on: /metrics and the status page are read too.
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freeLoopbackPort(t))
+	kb, err := os.ReadFile(goodKafka)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(goodKafka, []byte(strings.Replace(string(kb), `listen: "off"`, "listen: "+metricsAddr, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := w.Run(10); err != nil {
 		t.Fatal(err)
 	}
 	d = f.startDaemon(t, goodKafka)
 	f.caughtUpIn(t, db, d, time.Minute)
+	for _, path := range []string{"/metrics", "/", "/healthz"} {
+		resp, err := http.Get("http://" + metricsAddr + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || len(body) == 0 {
+			t.Fatalf("GET %s: %d", path, resp.StatusCode)
+		}
+		all.Write(body)
+	}
 	if code := d.stop(t); code != 0 {
 		t.Fatalf("exit %d (Kafka over SASL_SSL):\n%s", code, tail(d.stderr.String(), 20))
 	}

@@ -9,6 +9,7 @@ import (
 
 	"tidemark"
 	"tidemark/binlog"
+	"tidemark/sink/kafka"
 )
 
 // cmdDoctor prints every prerequisite of the source and the target as ok,
@@ -69,8 +70,9 @@ func doctorChecks(ctx context.Context, cfg *Config, log *slog.Logger) ([]tidemar
 				}
 			}
 		}
-	} else {
-		target = []tidemark.Check{{Name: "target kafka", Status: tidemark.CheckWarn, Found: "not checked", Fix: "doctor checks PostgreSQL targets only"}}
+	}
+	if k := cfg.Target.Kafka; k != nil {
+		target = append(target, kafka.Doctor(ctx, k.SinkConfig(cfg.Source.Name, log)))
 	}
 	return append(tailer.Doctor(ctx, stored, cfg.lagBudget()), target...), nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -150,4 +151,63 @@ func checkAuth(ctx context.Context, cl *kgo.Client, sec Security, brokers []stri
 		return ae
 	}
 	return nil // other errors: left to the caller's retries
+}
+
+// Doctor connects to the brokers once with cfg's security (no topic is
+// created, the transactional id is not touched) and reports how: TLS mode
+// and CA, SASL mechanism and user. A refused login or certificate, or no
+// answer, is a failed check naming the brokers; plain text to brokers off
+// the host is a warning.
+func Doctor(ctx context.Context, cfg Config) tidemark.Check {
+	cfg = cfg.withDefaults()
+	c := tidemark.Check{Name: "target kafka", Status: tidemark.CheckOK}
+	brokers := strings.Join(cfg.Brokers, ",")
+	sec, err := cfg.Security.opts()
+	if err != nil {
+		c.Status, c.Found, c.Fix = tidemark.CheckFix, err.Error(), "fix target.kafka"
+		return c
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ClientID(cfg.ClientID)}, sec...)...)
+	if err != nil {
+		c.Status, c.Found, c.Fix = tidemark.CheckFix, err.Error(), "fix target.kafka.brokers"
+		return c
+	}
+	defer cl.Close()
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := cl.Ping(pctx); err != nil {
+		c.Status, c.Found = tidemark.CheckFix, authErr(cfg.Security, cfg.Brokers, err).Error()
+		c.Fix = "make the brokers reachable with target.kafka.brokers, tls and sasl"
+		return c
+	}
+	how := "plain text"
+	if t := cfg.Security.TLS; t != nil {
+		ca := t.CAFile
+		if ca == "" {
+			ca = "the system's roots"
+		}
+		how = "TLS " + t.Mode + " (CA " + ca + ")"
+		if !t.Verified() {
+			how = "TLS " + t.Mode + ", certificate not verified"
+			c.Status, c.Fix = tidemark.CheckWarn, "set target.kafka.tls.ca_file and mode verify-full so that a broker in the middle is detected"
+		}
+	} else if !allLoopback(cfg.Brokers) {
+		c.Status, c.Fix = tidemark.CheckWarn, "set target.kafka.tls: every change crosses the network in plain text"
+	}
+	if a := cfg.Security.SASL; a != nil {
+		how += ", SASL " + a.Mechanism + " as " + a.User
+	} else {
+		how += ", no SASL"
+	}
+	c.Found = brokers + ": " + how
+	return c
+}
+
+func allLoopback(brokers []string) bool {
+	for _, b := range brokers {
+		if !tidemark.IsLoopback(b) {
+			return false
+		}
+	}
+	return true
 }
