@@ -266,9 +266,21 @@ func (c *CatchUp) RunReport(ctx context.Context, only []tidemark.TableID) (Repor
 			return rep, fmt.Errorf("catch up %s: %w", c.cfg.Source, err)
 		}
 	}
-	c.cfg.Logger.Info("catch-up started", "source", c.cfg.Source, "position", snap.Position.String(), "tables", len(tables))
+	// No checkpoint: a first-run snapshot. Rows the target already holds
+	// of this source come from a first snapshot that did not finish (a
+	// process killed during it): nothing after its capture was streamed,
+	// so they are not trusted (first).
+	initial := false
+	if len(only) == 0 {
+		_, has, err := c.target.Checkpoint(ctx, c.cfg.Source)
+		if err != nil {
+			return rep, fmt.Errorf("catch up %s: read checkpoint: %w", c.cfg.Source, err)
+		}
+		initial = !has
+	}
+	c.cfg.Logger.Info("catch-up started", "source", c.cfg.Source, "position", snap.Position.String(), "tables", len(tables), "first_run", initial)
 	for _, id := range tables {
-		tr, err := c.table(ctx, snap, id)
+		tr, err := c.table(ctx, snap, id, initial)
 		rep.Tables = append(rep.Tables, tr)
 		if err != nil {
 			return rep, fmt.Errorf("catch up %s: %w", id, err)
@@ -317,7 +329,17 @@ func (c *CatchUp) tableConfig(id tidemark.TableID) TableConfig {
 // update to one of them during a gap is not lost. A column with no value in
 // any row stores no watermark: the next catch-up reads the table in full
 // again.
-func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark.TableID) (TableReport, error) {
+//
+// A full read (no watermark column, or a table's first snapshot) into a
+// target that already holds rows of the table is followed by a key diff
+// whatever delete_detection says: the read carried every source row, and
+// the diff removes the target rows it did not carry (deleted at the source
+// while tidemark did not stream), so the table ends exactly as an
+// uninterrupted load into an empty target would. In a first run (initial:
+// no checkpoint) every table is read in full, a stored watermark
+// notwithstanding: it belongs to a first snapshot that did not finish,
+// whose capture position the stream never started from.
+func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark.TableID, initial bool) (TableReport, error) {
 	tr := TableReport{Table: id}
 	tc := c.tableConfig(id)
 	var wm *tidemark.Watermark
@@ -326,13 +348,18 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 	if err != nil {
 		return tr, err
 	}
+	// fullDiff is the delete detection of a full read.
+	fullDiff, err := c.fullReadDiff(ctx, id, tc, held, initial)
+	if err != nil {
+		return tr, err
+	}
 	if tc.Column == "" {
 		tr.Mode = "full"
 		if err := c.read(ctx, req, nil, &tr); err != nil {
 			return tr, err
 		}
-		tr.DeletesMissed = held && tc.DeleteDetection != DeletesKeyDiff
-		return tr, c.keyDiff(ctx, snap, id, tc, &tr)
+		tr.DeletesMissed = held && fullDiff.DeleteDetection != DeletesKeyDiff
+		return tr, c.keyDiff(ctx, snap, id, fullDiff, &tr)
 	}
 	if err := c.checkColumn(ctx, id, tc.Column); err != nil {
 		return tr, err
@@ -359,6 +386,9 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 	if err != nil {
 		return tr, err
 	}
+	if initial {
+		has = false
+	}
 	if !has {
 		// First sight: a full snapshot in key order; the window
 		// afterwards starts at the bound captured before reading.
@@ -372,7 +402,8 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 			c.cfg.Logger.Warn("the watermark column is NULL (or a zero date) in every row: the table was read in full, and the next catch-up reads it in full again",
 				"table", id.String(), "column", tc.Column, "rows", tr.Rows)
 		}
-		return tr, c.keyDiff(ctx, snap, id, tc, &tr)
+		tr.DeletesMissed = held && fullDiff.DeleteDetection != DeletesKeyDiff
+		return tr, c.keyDiff(ctx, snap, id, fullDiff, &tr)
 	}
 	tr.Mode = "window"
 	tr.DeletesMissed = held && tc.DeleteDetection != DeletesKeyDiff
@@ -390,6 +421,39 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 		}
 	}
 	return tr, c.keyDiff(ctx, snap, id, tc, &tr)
+}
+
+// fullReadDiff returns tc with the delete detection a full read of the
+// table needs: a key diff when the target holds rows of it (deleted source
+// rows among them would stay otherwise) and the key diff can run (a target
+// that lists keys, integer and text key columns). In a first run a table
+// the key diff cannot clean is a *tidemark.TableError (quarantine; a
+// resync empties the target table first) rather than a load that keeps
+// deleted rows.
+func (c *CatchUp) fullReadDiff(ctx context.Context, id tidemark.TableID, tc TableConfig, held, initial bool) (TableConfig, error) {
+	if !held || tc.DeleteDetection == DeletesKeyDiff {
+		return tc, nil
+	}
+	if c.keys == nil {
+		return tc, nil // Kafka alone: no target rows to list
+	}
+	tbl, err := c.src.Table(ctx, id)
+	if err != nil {
+		return tc, err
+	}
+	for _, k := range tbl.Key {
+		switch col := tbl.Columns[k]; col.Kind {
+		case tidemark.KindInt, tidemark.KindUint, tidemark.KindText:
+		default:
+			if initial {
+				return tc, &tidemark.TableError{Table: id, Err: fmt.Errorf("the target holds rows of a first snapshot that did not finish, and rows deleted at the source since "+
+					"cannot be found: the key diff supports integer and text keys, key column %q is %s; resync the table (it empties the target table first)", col.Name, col.Kind)}
+			}
+			return tc, nil
+		}
+	}
+	tc.DeleteDetection = DeletesKeyDiff
+	return tc, nil
 }
 
 // targetHeldRows reports, before a table is read, whether the target holds

@@ -40,6 +40,9 @@ func (f *fakeSource) Read(ctx context.Context, req tidemark.ReadRequest) (tidema
 	return f.read(req)
 }
 func (f *fakeSource) KeyChunk(ctx context.Context, id tidemark.TableID, after []any, limit int) (tidemark.KeyChunk, error) {
+	if f.keyChunk == nil {
+		return tidemark.KeyChunk{}, nil // no keys
+	}
 	return f.keyChunk(after, limit)
 }
 func (f *fakeSource) KeyRangeSum(ctx context.Context, id tidemark.TableID, after, upTo []any) (tidemark.KeySum, error) {
@@ -52,6 +55,8 @@ type fakeTarget struct {
 	watermark func() (time.Time, bool, error)
 	keySum    func(after, upTo []any) tidemark.KeySum
 	keys      func(after, upTo []any) [][]any
+	// firstRun: no checkpoint stored yet (a first-run snapshot).
+	firstRun bool
 }
 
 func (f *fakeTarget) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStats, error) {
@@ -72,16 +77,25 @@ func (f *fakeTarget) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.App
 	return s, nil
 }
 func (f *fakeTarget) Checkpoint(ctx context.Context, source string) (tidemark.Position, bool, error) {
-	return tidemark.Position{}, false, nil
+	if f.firstRun {
+		return tidemark.Position{}, false, nil
+	}
+	return tidemark.Position{GTID: "0-1-1"}, true, nil
 }
 func (f *fakeTarget) Close() error { return nil }
 func (f *fakeTarget) Watermark(ctx context.Context, source string, t tidemark.TableID) (time.Time, bool, error) {
 	return f.watermark()
 }
 func (f *fakeTarget) KeyRangeSum(ctx context.Context, t *tidemark.Table, after, upTo []any) (tidemark.KeySum, error) {
+	if f.keySum == nil {
+		return tidemark.KeySum{}, nil // no keys
+	}
 	return f.keySum(after, upTo), nil
 }
 func (f *fakeTarget) KeysInRange(ctx context.Context, t *tidemark.Table, after, upTo []any) ([][]any, error) {
+	if f.keys == nil {
+		return nil, nil
+	}
 	return f.keys(after, upTo), nil
 }
 
@@ -408,5 +422,52 @@ func TestReadAheadStopsOnApplyError(t *testing.T) {
 	}
 	if n := reads.Load(); n > int64(1+c.cfg.ReadAhead) {
 		t.Fatalf("%d chunks read for one failed apply, want at most 1 + ReadAhead (%d)", n, c.cfg.ReadAhead)
+	}
+}
+
+// TestFirstRunAfterAnInterruptedSnapshot: no checkpoint, but the target
+// holds rows and a watermark of a first snapshot that was killed. The run
+// reads the table in full (the watermark is not trusted) and removes the
+// target rows the read did not carry (a key diff, with delete_detection
+// unset): the table ends as an uninterrupted first snapshot would.
+func TestFirstRunAfterAnInterruptedSnapshot(t *testing.T) {
+	var reqs []tidemark.ReadRequest
+	src := &fakeSource{
+		capture: func() (tidemark.Snapshot, error) { return snap, nil },
+		tables:  []tidemark.TableID{tid}, table: table,
+		maxTime: func(string) (time.Time, bool, error) { return now.Add(-time.Minute), true, nil },
+		read: func(req tidemark.ReadRequest) (tidemark.ReadResult, error) {
+			reqs = append(reqs, req)
+			return tidemark.ReadResult{Changes: rows(1, 2)}, nil
+		},
+		keyChunk: func(after []any, limit int) (tidemark.KeyChunk, error) {
+			return tidemark.KeyChunk{Keys: [][]any{{int64(1)}, {int64(2)}}, Sum: tidemark.KeySum{Count: 2, Sum: "a"}}, nil
+		},
+	}
+	tgt := &fakeTarget{
+		firstRun:  true,
+		watermark: func() (time.Time, bool, error) { return now.Add(-time.Hour), true, nil },
+		keySum:    func(after, upTo []any) tidemark.KeySum { return tidemark.KeySum{Count: 3, Sum: "b"} },
+		keys:      func(after, upTo []any) [][]any { return [][]any{{"1"}, {"2"}, {"3"}} },
+	}
+	rep, err := newCatchUp(t, src, tgt, TableConfig{Column: "updated_at"}).RunReport(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := rep.Tables[0]
+	if tr.Mode != "snapshot" || len(reqs) != 1 || !reqs[0].Lower.IsZero() {
+		t.Fatalf("want a full first snapshot despite the watermark: mode %s, requests %+v", tr.Mode, reqs)
+	}
+	if tr.Deletes != 1 || !tr.DeletesChecked || tr.DeletesMissed {
+		t.Fatalf("want the stale key 3 removed by a key diff: %+v", tr)
+	}
+	// With a checkpoint the same target is a window catch-up.
+	tgt.firstRun, reqs = false, nil
+	rep, err = newCatchUp(t, src, tgt, TableConfig{Column: "updated_at"}).RunReport(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Tables[0].Mode != "window" {
+		t.Fatalf("with a checkpoint: mode %s", rep.Tables[0].Mode)
 	}
 }
