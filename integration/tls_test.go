@@ -138,6 +138,31 @@ func TestTLSSourceAndPostgres(t *testing.T) {
 		t.Fatalf("run with another CA: exit %d, want a stop naming the certificate:\n%s", code, tail(out, 20))
 	}
 	logs += out
+	// PostgreSQL: plain text to the hostssl-only role is refused by the
+	// server naming the rule; sslmode=require connects unverified, which
+	// doctor warns about.
+	for _, c := range []struct{ sslmode, status, want string }{
+		{"disable", "fix", `pg_hba.conf rejects connection for host "127.0.0.1", user "` + strings.SplitN(strings.TrimPrefix(te.PGDSN, "postgres://"), ":", 2)[0] + `", database "tidemark", no encryption`},
+		{"require", "warn", "certificate not verified (sslmode require or prefer)"},
+	} {
+		dsn := regexp.MustCompile(`sslmode=[a-z-]+&sslrootcert=[^&]*`).ReplaceAllLiteralString(te.PGDSN, "sslmode="+c.sslmode)
+		p := strings.Replace(cfg, ".yaml", "-pg-"+c.sslmode+".yaml", 1)
+		copyFile(t, cfg, p)
+		b, _ := os.ReadFile(p)
+		y := regexp.MustCompile(`dsn_file: .*`).ReplaceAllLiteralString(string(b), "dsn_file: "+writeSecret(t, "pg-dsn-"+c.sslmode, dsn))
+		if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, out := runBinary(t, time.Minute, nil, "doctor", "--config", p)
+		name := "target TLS"
+		if c.sslmode == "disable" {
+			name = "target connection"
+		}
+		if !hasCheck(out, c.status, name, c.want) {
+			t.Fatalf("doctor with sslmode=%s: want %s %s %q:\n%s", c.sslmode, c.status, name, c.want, out)
+		}
+		logs += out
+	}
 	for _, secret := range []string{te.MySQLPass, "tidemark-tls-local"} {
 		if strings.Contains(logs, secret) {
 			t.Fatalf("a password was printed:\n%s", logs)
