@@ -23,6 +23,11 @@ import (
 const (
 	FlavorMariaDB = "mariadb"
 	FlavorMySQL   = "mysql"
+
+	// CaptureLogStatus and CaptureFlushTables are the values of
+	// Config.Capture.
+	CaptureLogStatus   = "log_status"
+	CaptureFlushTables = "flush_tables"
 )
 
 // Version modes: what orders a source's changes (see tidemark.Version).
@@ -44,6 +49,14 @@ type Config struct {
 	Name string
 	// Flavor is "mariadb" (default) or "mysql".
 	Flavor string
+	// Capture is how a MySQL source's binlog position is captured for a
+	// snapshot or a catch-up (MariaDB always uses START TRANSACTION WITH
+	// CONSISTENT SNAPSHOT): CaptureLogStatus (default) reads
+	// performance_schema.log_status (BACKUP_ADMIN), which holds commits
+	// only while it is read; CaptureFlushTables takes FLUSH TABLES WITH
+	// READ LOCK (RELOAD), which waits for every running statement and
+	// stalls every writer meanwhile.
+	Capture string
 	// Addr is host:port of the source server. Required.
 	Addr string
 	// User and Password authenticate; the password never appears in a log
@@ -184,6 +197,9 @@ func (c *Config) Validate() error {
 		bad("name", "required")
 	} else if !tidemark.ValidIdentifier(c.Name) {
 		bad("name", "invalid %q", c.Name)
+	}
+	if c.Capture != "" && c.Capture != CaptureLogStatus && c.Capture != CaptureFlushTables {
+		bad("capture", "%q is not %s or %s", c.Capture, CaptureLogStatus, CaptureFlushTables)
 	}
 	if c.Flavor != FlavorMariaDB && c.Flavor != FlavorMySQL {
 		bad("flavor", "must be %q or %q, got %q", FlavorMariaDB, FlavorMySQL, c.Flavor)

@@ -225,7 +225,13 @@ func (t *Tailer) privilegeCheck(ctx context.Context) tidemark.Check {
 	}
 	need := []string{"REPLICATION SLAVE", "SELECT"}
 	if t.cfg.Flavor == FlavorMySQL {
-		need = append(need, "REPLICATION CLIENT", "RELOAD")
+		// the position capture: log_status (BACKUP_ADMIN) or FLUSH TABLES
+		// WITH READ LOCK (RELOAD)
+		capture := "BACKUP_ADMIN"
+		if t.cfg.Capture == CaptureFlushTables {
+			capture = "RELOAD"
+		}
+		need = append(need, "REPLICATION CLIENT", capture)
 	}
 	var missing []string
 	for _, p := range need {

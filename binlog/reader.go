@@ -2,6 +2,8 @@ package binlog
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math/big"
 	"slices"
@@ -202,6 +204,9 @@ func (r *Reader) gtidAtEnd(ctx context.Context, file string, pos uint64) (gtid, 
 // capture reads a consistent binlog position on the metadata connection
 // (see Capture).
 func (r *Reader) capture(ctx context.Context) (file string, pos uint64, gtid, now string, err error) {
+	if r.t.cfg.Flavor == FlavorMySQL && r.t.cfg.Capture != CaptureFlushTables {
+		return r.captureLogStatus(ctx)
+	}
 	begin, end := "START TRANSACTION WITH CONSISTENT SNAPSHOT", "COMMIT"
 	if r.t.cfg.Flavor != FlavorMariaDB {
 		begin, end = "FLUSH TABLES WITH READ LOCK", "UNLOCK TABLES"
@@ -282,6 +287,45 @@ func (r *Reader) capture(ctx context.Context) (file string, pos uint64, gtid, no
 		return "", 0, "", "", fmt.Errorf("%s: %w", strings.ToLower(end), err)
 	}
 	return file, pos, gtid, now, nil
+}
+
+// captureLogStatus reads a MySQL source's position from
+// performance_schema.log_status (MySQL 8.0.17+): the server holds commits
+// and waits for the transactions already written to the binlog to commit in
+// the engine (prep_xids) while it fills the row, so the binlog file and
+// position and gtid_executed agree and every transaction they include is
+// visible to a read that starts afterwards. Unlike FLUSH TABLES WITH READ
+// LOCK it does not wait for running statements (a long SELECT), and managed
+// MySQL services grant BACKUP_ADMIN where they refuse RELOAD's global lock.
+func (r *Reader) captureLogStatus(ctx context.Context) (file string, pos uint64, gtid, now string, err error) {
+	res, err := r.t.query(ctx, "SELECT LOCAL, UTC_TIMESTAMP(6) FROM performance_schema.log_status")
+	if err != nil {
+		var me *mysql.MyError
+		if errors.As(err, &me) && (me.Code == mysql.ER_SPECIFIC_ACCESS_DENIED_ERROR || me.Code == mysql.ER_TABLEACCESS_DENIED_ERROR || me.Code == mysql.ER_NO_SUCH_TABLE) {
+			return "", 0, "", "", fmt.Errorf("read performance_schema.log_status: %w (grant BACKUP_ADMIN ON *.* to the tidemark user, with performance_schema=ON; or set source.capture: flush_tables to capture under FLUSH TABLES WITH READ LOCK, which needs RELOAD and stalls every writer while it waits for the longest running statement): %w", err, tidemark.ErrSourceConfig)
+		}
+		return "", 0, "", "", fmt.Errorf("read performance_schema.log_status: %w", err)
+	}
+	if res.RowNumber() != 1 {
+		return "", 0, "", "", fmt.Errorf("read performance_schema.log_status: %d rows", res.RowNumber())
+	}
+	local, _ := res.GetString(0, 0)
+	now, _ = res.GetString(0, 1)
+	var st struct {
+		File string `json:"binary_log_file"`
+		Pos  uint64 `json:"binary_log_position"`
+		GTID string `json:"gtid_executed"`
+	}
+	if err := json.Unmarshal([]byte(local), &st); err != nil {
+		return "", 0, "", "", fmt.Errorf("read performance_schema.log_status: LOCAL %.200q: %w", local, err)
+	}
+	if st.File == "" {
+		return "", 0, "", "", fmt.Errorf("performance_schema.log_status has no binary log (log_bin off?): %w", tidemark.ErrSourceConfig)
+	}
+	if gtid, err = canonicalGTIDSet(st.GTID); err != nil {
+		return "", 0, "", "", err
+	}
+	return st.File, st.Pos, gtid, now, nil
 }
 
 // Tables implements tidemark.SnapshotSource: the base tables that pass the

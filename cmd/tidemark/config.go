@@ -106,8 +106,11 @@ func (c *Config) FallbackSettings() fallback.Config {
 
 // SourceConfig is the MySQL/MariaDB source.
 type SourceConfig struct {
-	Name     string `yaml:"name"`
-	Flavor   string `yaml:"flavor"`
+	Name   string `yaml:"name"`
+	Flavor string `yaml:"flavor"`
+	// Capture is how a MySQL source's position is captured: log_status
+	// (default) or flush_tables (binlog.Config.Capture).
+	Capture  string `yaml:"capture"`
 	Addr     string `yaml:"addr"`
 	User     string `yaml:"user"`
 	Password string `yaml:"password"`
@@ -541,7 +544,7 @@ func (c *Config) BinlogConfig() (binlog.Config, error) {
 		overrides[k] = p
 	}
 	bc := binlog.Config{
-		Name: s.Name, Flavor: s.Flavor, Addr: s.Addr, User: s.User, Password: s.Password, TLS: s.TLS.settings(),
+		Name: s.Name, Flavor: s.Flavor, Capture: s.Capture, Addr: s.Addr, User: s.User, Password: s.Password, TLS: s.TLS.settings(),
 		ServerID: s.ServerID, Version: s.Version, Zone: zone, ZoneOverrides: overrides,
 		ZeroDates: s.ZeroDates, Include: s.Include, Exclude: s.Exclude, BusinessKeys: s.BusinessKeys, ExcludeColumns: s.ExcludeColumns,
 		Heartbeat: s.Heartbeat, ReadTimeout: s.ReadTimeout, QueryTimeout: s.QueryTimeout,

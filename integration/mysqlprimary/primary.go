@@ -25,6 +25,7 @@
 package mysqlprimary
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -578,7 +579,16 @@ func (h *handler) answer(q string) (*sqltypes.Result, error) {
 	case q == "show grants for current_user()":
 		// The grants tidemark's docs ask for, as MySQL 8 prints them.
 		return textResult([]string{"Grants for " + p.cfg.User + "@%"},
-			[]any{"GRANT SELECT, RELOAD, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO `" + p.cfg.User + "`@`%`"}), nil
+			[]any{"GRANT SELECT, RELOAD, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO `" + p.cfg.User + "`@`%`"},
+			[]any{"GRANT BACKUP_ADMIN ON *.* TO `" + p.cfg.User + "`@`%`"}), nil
+	case q == "select local, utc_timestamp(6) from performance_schema.log_status":
+		// MySQL 8.0.17+: the binlog position and gtid_executed, consistent.
+		f := p.files[len(p.files)-1]
+		local, err := json.Marshal(map[string]any{"gtid_executed": mysqlSetText(p.executed), "binary_log_file": f.name, "binary_log_position": f.size})
+		if err != nil {
+			return nil, err
+		}
+		return textResult([]string{"LOCAL", "UTC_TIMESTAMP(6)"}, []any{string(local), time.Now().UTC().Format("2006-01-02 15:04:05.000000")}), nil
 	case strings.HasPrefix(q, "kill "):
 		// KILL <id>: go-mysql ends its dump connection this way.
 		id, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimPrefix(q, "kill "), "connection "), 10, 32)
