@@ -47,8 +47,12 @@ func (p *Pipeline) handleDDL(ctx context.Context, ch *Chunk) (committed bool, er
 			}
 			continue
 		}
-		// Renamed into the stream: its rows are not in it.
-		if err := p.admit(ctx, ev.Table); err != nil {
+		// Renamed into the stream: its rows are not in it, and a target
+		// table under its name holds another table's rows. Snapshot it
+		// whatever the target says: the scale-out tailer cannot tell
+		// which tables the appliers have (the gh-ost / pt-osc cut-over,
+		// RENAME TABLE t TO _t_del, _t_gho TO t, emptied their t).
+		if err := p.resnapshot(ctx, ev.Table, "renamed from "+ev.From.String()); err != nil {
 			return committed, err
 		}
 	}

@@ -93,3 +93,5 @@ type nopDDL struct{}
 func (nopDDL) PublishDDL(context.Context, string, []tidemark.DDLEvent, tidemark.Position) error {
 	return nil
 }
+
+func (nopDDL) HasTopic(context.Context, string, tidemark.TableID) (bool, error) { return true, nil }

@@ -189,6 +189,9 @@ type epochFloors interface {
 // scale-out topology (kafka.Sink).
 type ddlPublisher interface {
 	PublishDDL(ctx context.Context, source string, events []tidemark.DDLEvent, checkpoint tidemark.Position) error
+	// HasTopic reports whether the table's topic exists (anything of it
+	// may have been published).
+	HasTopic(ctx context.Context, source string, id tidemark.TableID) (bool, error)
 }
 
 // lockTarget is the target holding the scale-out tailer's lock, its table
@@ -198,6 +201,9 @@ type lockTarget interface {
 	tidemark.Clock
 	TableStates(ctx context.Context, source string) ([]tidemark.TableState, error)
 	SetTableState(ctx context.Context, source string, st tidemark.TableState) error
+	// HasTable reports whether the appliers' target (the same
+	// PostgreSQL) holds a table for the source table.
+	HasTable(ctx context.Context, table tidemark.TableID) (bool, error)
 	Close() error
 }
 
@@ -216,24 +222,51 @@ func tailerDropsTables(cfg *Config) bool {
 // columns also re-snapshots the table (resyncRenamed). With
 // ddl.drop_table: refuse (the default) a DROP TABLE quarantines the table
 // in the tailer and the appliers keep its target rows, as without the
-// topology.
+// topology; a DROP TABLE of a table the appliers cannot have (no topic for
+// it in Kafka, no target table: DROP TABLE IF EXISTS of a table that never
+// existed, as a mysqldump restore does) drops nothing and is neither
+// refused nor published, as the PostgreSQL sink does without the topology.
 func (t tailerTarget) ApplyDDL(ctx context.Context, source string, events []tidemark.DDLEvent, checkpoint tidemark.Position) error {
+	if t.ddl == nil {
+		return errors.New("apply DDL: the tailer's sink is not the Kafka sink")
+	}
+	kept := events[:0:0]
 	for _, ev := range events {
 		if ev.Op == tidemark.DDLDropTable && !t.dropTable {
+			had, err := t.appliersMayHave(ctx, source, ev.Table)
+			if err != nil {
+				return err
+			}
+			if !had {
+				continue
+			}
 			stmt := "DROP TABLE"
 			if ev.Reason != "" {
 				stmt += " (" + ev.Reason + ")"
 			}
 			return &tidemark.TableError{Table: ev.Table, Err: fmt.Errorf("%s refused by the configuration (ddl.drop_table: refuse); not published to the appliers, which keep the target table as it was: %w", stmt, tidemark.ErrDDLRefused)}
 		}
+		kept = append(kept, ev)
 	}
-	if t.ddl == nil {
-		return errors.New("apply DDL: the tailer's sink is not the Kafka sink")
-	}
+	events = kept
 	if err := t.resyncRenamed(ctx, source, events); err != nil {
 		return err
 	}
 	return t.ddl.PublishDDL(ctx, source, events, checkpoint)
+}
+
+// appliersMayHave reports whether the appliers may hold rows of a table:
+// its topic exists, or its target table does.
+func (t tailerTarget) appliersMayHave(ctx context.Context, source string, id tidemark.TableID) (bool, error) {
+	topic, err := t.ddl.HasTopic(ctx, source, id)
+	if err != nil || topic {
+		return topic, err
+	}
+	has, err := t.lock.HasTable(ctx, id)
+	if err != nil {
+		return false, fmt.Errorf("look up target of %s: %w", id, err)
+	}
+	return has, nil
 }
 
 // TryLockSource implements tidemark.SourceLocker with the state target's

@@ -246,3 +246,31 @@ func (s *Sink) createTopic(ctx context.Context, name string, partitions int32, c
 		return err
 	})
 }
+
+// HasTopic reports whether the topic of a table of source exists in the
+// cluster: whether anything of the table may have been published (the
+// scale-out tailer refuses a DROP TABLE only of a table the appliers may
+// have).
+func (s *Sink) HasTopic(ctx context.Context, source string, id tidemark.TableID) (bool, error) {
+	name, err := s.cfg.topicName(source, id)
+	if err != nil {
+		return false, nil // a table without a valid topic was never published
+	}
+	var exists bool
+	err = tidemark.Retry(ctx, "look up topic "+name, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+		td, err := s.adm.ListTopics(ctx, name)
+		if err != nil {
+			return err
+		}
+		d, ok := td[name]
+		exists = ok && !errors.Is(d.Err, kerr.UnknownTopicOrPartition)
+		if ok && d.Err != nil && !errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+			return d.Err
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("look up topic %s of %s: %w", name, id, err)
+	}
+	return exists, nil
+}
