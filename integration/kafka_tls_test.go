@@ -147,6 +147,12 @@ func TestKafkaTLSAndSASL(t *testing.T) {
 			[]string{"kafka brokers " + te.KafkaSASL + " refused the SASL login (SCRAM-SHA-512 as " + te.KafkaUser + ")", "SASL_AUTHENTICATION_FAILED"}},
 		{"wrong PLAIN password", sasl, kafka.Security{TLS: caTLS, SASL: &kafka.SASLConfig{Mechanism: "PLAIN", User: te.KafkaUser, Password: wrongPassword}},
 			[]string{"refused the SASL login (PLAIN as " + te.KafkaUser + ")"}},
+		{"TLS to the plain-text listener", plain, kafka.Security{TLS: caTLS},
+			[]string{"kafka brokers " + plain[0] + " and target.kafka disagree about TLS or SASL (tls set, sasl not set)", "is TLS misconfigured"}},
+		{"plain text to the SASL_SSL listener", sasl, kafka.Security{},
+			[]string{"kafka brokers " + te.KafkaSASL + " and target.kafka disagree about TLS or SASL (tls not set, sasl not set)", "plaintext connection speaking to a tls endpoint"}},
+		{"no SASL on the SASL_SSL listener", sasl, kafka.Security{TLS: caTLS},
+			[]string{"kafka brokers " + te.KafkaSASL + " and target.kafka disagree about TLS or SASL (tls set, sasl not set)", "is SASL missing"}},
 		{"another CA", sasl, kafka.Security{TLS: &tidemark.TLSConfig{CAFile: other.File}, SASL: &kafka.SASLConfig{Mechanism: "SCRAM-SHA-512", User: te.KafkaUser, Password: te.KafkaPass}},
 			[]string{"kafka brokers " + te.KafkaSASL + ": TLS certificate not verified (tls mode verify-full", "certificate signed by unknown authority"}},
 	} {

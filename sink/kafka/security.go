@@ -110,8 +110,9 @@ func (s Security) secret() string {
 }
 
 // ErrKafkaAuth marks an error no retry can heal: the brokers refused the
-// SASL login or their certificate did not verify.
-var ErrKafkaAuth = errors.New("kafka: authentication failed")
+// SASL login, their certificate did not verify, or they and the config
+// disagree about TLS or SASL.
+var ErrKafkaAuth = errors.New("kafka: connection refused by its security settings (not retried)")
 
 // authErr explains an error that is a refused login or certificate (and
 // wraps ErrKafkaAuth), or returns err unchanged. The password is never in
@@ -124,6 +125,9 @@ func authErr(sec Security, brokers []string, err error) error {
 	switch {
 	case tidemark.IsTLSVerifyError(err):
 		msg = fmt.Sprintf("kafka brokers %s: %v", strings.Join(brokers, ","), tidemark.TLSError(*sec.TLS, err))
+	case mismatch(err):
+		msg = fmt.Sprintf("kafka brokers %s and target.kafka disagree about TLS or SASL (tls %s, sasl %s): %v", strings.Join(brokers, ","),
+			map[bool]string{true: "set", false: "not set"}[sec.TLS != nil], map[bool]string{true: "set", false: "not set"}[sec.SASL != nil], err)
 	case errors.Is(err, kerr.SaslAuthenticationFailed), errors.Is(err, kerr.IllegalSaslState), errors.Is(err, kerr.UnsupportedSaslMechanism):
 		mech := ""
 		if sec.SASL != nil {
@@ -139,18 +143,36 @@ func authErr(sec Security, brokers []string, err error) error {
 	return fmt.Errorf("%s: %w", msg, ErrKafkaAuth)
 }
 
-// checkAuth connects once (a metadata request), so that a refused login or
-// certificate fails at once with authErr instead of inside the first
-// retried operation.
+// checkAuth connects (a metadata request), so that a refused login or
+// certificate, or a client and brokers that disagree about TLS or SASL,
+// fail at once with authErr instead of inside the first retried operation
+// (franz-go retries a connection the broker closes at once, as it does for
+// a broker that restarts: such a close is taken for a mismatch only when
+// it repeats, three times a second apart).
 func checkAuth(ctx context.Context, cl *kgo.Client, sec Security, brokers []string) error {
-	if sec.TLS == nil && sec.SASL == nil {
-		return nil
+	for attempt := 1; ; attempt++ {
+		err := cl.Ping(ctx)
+		ae := authErr(sec, brokers, err)
+		switch {
+		case err == nil || !errors.Is(ae, ErrKafkaAuth):
+			return nil // other errors: left to the caller's retries
+		case !mismatch(err) || attempt == 3:
+			return ae
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
 	}
-	err := cl.Ping(ctx)
-	if ae := authErr(sec, brokers, err); errors.Is(ae, ErrKafkaAuth) {
-		return ae
-	}
-	return nil // other errors: left to the caller's retries
+}
+
+// mismatch reports whether err is franz-go's guess that the client and the
+// brokers disagree about TLS or SASL (the broker closed the connection at
+// once, or answered a plain-text request with a TLS alert).
+func mismatch(err error) bool {
+	var fe *kgo.ErrFirstReadEOF
+	return errors.As(err, &fe) || strings.Contains(err.Error(), "is this a plaintext connection speaking to a tls endpoint")
 }
 
 // Doctor connects to the brokers once with cfg's security (no topic is
