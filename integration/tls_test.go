@@ -3,13 +3,19 @@ package integration
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/bcrypt"
 
 	"tidemark"
 	"tidemark/binlog"
@@ -54,7 +60,8 @@ func writeSecret(t *testing.T, name, value string) string {
 // rule admits (sslmode=verify-full with sslrootcert, the DSN from
 // dsn_file): the first run's catch-up and the stream after it arrive,
 // verify finds the tables equal, doctor reports the source's TLS version
-// and that its certificate was verified. A CA that did not sign the
+// and that its certificate was verified, and the ops endpoint answers
+// only over TLS with the basic-auth password of its web_config_file. A CA that did not sign the
 // servers' certificates fails doctor with an error naming the server and
 // the certificate. No password is printed.
 func TestTLSSourceAndPostgres(t *testing.T) {
@@ -71,7 +78,24 @@ func TestTLSSourceAndPostgres(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := f.configYAMLWith(t, db, db, db, "UTC", tidemark.Position{}, fmt.Sprintf("fallback:\n  tables:\n    %s.t: {column: updated_at}\n", db))
+	// The ops endpoint with TLS and basic authentication (web.config.file).
+	dir := t.TempDir()
+	opsCA, err := testcerts.NewCA(dir, "ops")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opsCert, opsKey, err := opsCA.Issue(dir, "ops", false, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const opsPassword = "ops-scrape-canary"
+	hash, err := bcrypt.GenerateFromPassword([]byte(opsPassword), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := writeSecret(t, "web.yml", "tls_server_config:\n  cert_file: "+opsCert+"\n  key_file: "+opsKey+"\nbasic_auth_users:\n  prometheus: "+string(hash))
+	opsAddr := fmt.Sprintf("127.0.0.1:%d", freeLoopbackPort(t))
+	cfg := f.configYAMLWith(t, db, db, db, "UTC", tidemark.Position{}, fmt.Sprintf("fallback:\n  tables:\n    %s.t: {column: updated_at}\nmetrics:\n  listen: %s\n  web_config_file: %s\n", db, opsAddr, web))
 	setSourceOption(t, cfg, "user", te.MySQLUser)
 	setSourceOption(t, cfg, "password", "")
 	setSourceOption(t, cfg, "password_file", writeSecret(t, "mysql-password", te.MySQLPass))
@@ -91,6 +115,28 @@ func TestTLSSourceAndPostgres(t *testing.T) {
 	}
 	f.waitCaughtUp(t, db, d)
 	f.compare(t, harness.TableSpec{Database: db, Table: "t", SourceZone: "UTC"})
+	pem, _ := os.ReadFile(opsCA.File)
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pem)
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	for _, c := range []struct {
+		user, pass string
+		want       int
+	}{{"prometheus", opsPassword, 200}, {"", "", 401}, {"prometheus", "wrong", 401}} {
+		req, _ := http.NewRequest("GET", "https://"+opsAddr+"/metrics", nil)
+		if c.user != "" {
+			req.SetBasicAuth(c.user, c.pass)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("GET /metrics over TLS: %v", err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.want || c.want == 200 && !strings.Contains(string(body), "tidemark_changes_total") {
+			t.Fatalf("GET /metrics as %q: %d, want %d", c.user, resp.StatusCode, c.want)
+		}
+	}
 	if code := d.stop(t); code != 0 {
 		t.Fatalf("daemon exit %d:\n%s", code, tail(d.stderr.String(), 30))
 	}
@@ -111,7 +157,7 @@ func TestTLSSourceAndPostgres(t *testing.T) {
 	logs += out
 
 	// Another CA: both servers' certificates fail to verify.
-	other, err := testcerts.NewCA(t.TempDir(), "other")
+	other, err := testcerts.NewCA(dir, "other")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +209,7 @@ func TestTLSSourceAndPostgres(t *testing.T) {
 		}
 		logs += out
 	}
-	for _, secret := range []string{te.MySQLPass, "tidemark-tls-local"} {
+	for _, secret := range []string{te.MySQLPass, "tidemark-tls-local", opsPassword, string(hash)} {
 		if strings.Contains(logs, secret) {
 			t.Fatalf("a password was printed:\n%s", logs)
 		}

@@ -227,6 +227,7 @@ ensure_packages() {
 	[[ -f /usr/share/zoneinfo/Asia/Kolkata ]] || pkgs+=(tzdata)
 	command -v java >/dev/null || pkgs+=(openjdk-17-jre-headless)
 	command -v mvn >/dev/null || pkgs+=(maven)
+	command -v openssl >/dev/null || pkgs+=(openssl) # the local CA and server certificate (.data/tls)
 	# the status page's browser test (headless) and the alert rules' check
 	command -v chromium >/dev/null || pkgs+=(chromium)
 	command -v promtool >/dev/null || pkgs+=(prometheus)

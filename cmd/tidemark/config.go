@@ -584,9 +584,8 @@ type DDLConfig struct {
 // MetricsConfig is the `metrics:` section of the config.
 type MetricsConfig struct {
 	// Listen is the address of /metrics, /healthz and /readyz (default
-	// 127.0.0.1:9650, loopback only; "off" disables the server). The
-	// endpoints have no authentication: expose them beyond loopback only
-	// behind something that has.
+	// 127.0.0.1:9650, loopback only; "off" disables the server). Without
+	// WebConfigFile the endpoints have no TLS and no authentication.
 	Listen string `yaml:"listen"`
 	// RetentionInterval is how often the binlog retention headroom is
 	// measured (default 1m).
