@@ -133,7 +133,7 @@ func TestTLSSourceAndPostgres(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != c.want || c.want == 200 && !strings.Contains(string(body), "tidemark_changes_total") {
+		if resp.StatusCode != c.want || c.want == 200 && !strings.Contains(string(body), "# HELP tidemark_") {
 			t.Fatalf("GET /metrics as %q: %d, want %d", c.user, resp.StatusCode, c.want)
 		}
 	}
