@@ -291,3 +291,31 @@ func TestSourceTLSOnTheWire(t *testing.T) {
 		})
 	}
 }
+
+// TestSourceTLSServerWithout: a server without TLS (a private MariaDB with
+// no ssl settings) and source.tls.mode require: the connection is refused
+// by tidemark, naming the mode and both ways out, and Stream stops at once.
+func TestSourceTLSServerWithout(t *testing.T) {
+	f := newFixture(t)
+	s := f.startPrivateMariaDB(t, 46)
+	tl, err := binlog.New(binlog.Config{Name: "notls", Addr: s.Addr, User: f.env.MySQLUser, Password: f.env.MySQLPassword, ServerID: 7201,
+		Heartbeat: time.Second, TLS: tidemark.TLSConfig{Mode: tidemark.TLSRequire}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tl.Close()
+	want := []string{"connect to source notls at " + s.Addr, "does not support TLS", "source.tls.mode is require: enable TLS on the server, or set source.tls.mode: disable"}
+	checks := tl.Doctor(f.ctx, nil, time.Hour)
+	for _, w := range want {
+		if checks[0].Name != "source connection" || !strings.Contains(checks[0].Found, w) {
+			t.Fatalf("doctor: %+v lacks %q", checks[0], w)
+		}
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	err = tl.Stream(ctx, tidemark.Position{}, make(chan tidemark.Chunk, 1))
+	if err == nil || !strings.Contains(err.Error(), want[1]) || time.Since(start) > 5*time.Second {
+		t.Fatalf("Stream after %s: %v", time.Since(start), err)
+	}
+}
