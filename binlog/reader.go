@@ -395,7 +395,7 @@ func (r *Reader) table(ctx context.Context, id tidemark.TableID) (*readTable, er
 			sel = castChar(sel)
 		}
 		if conv == nil { // text, ENUM, SET: the connection is utf8mb4, the server converts latin1
-			conv = env.convText(false)
+			conv = env.convText(nil)
 		}
 		rt.conv = append(rt.conv, bytesToString(col.Kind, conv))
 		rt.selSQL = append(rt.selSQL, sel)

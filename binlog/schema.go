@@ -111,6 +111,22 @@ func (t *Tailer) buildTable(tm *replication.TableMapEvent, jsonCols map[string]b
 	collations := tm.CollationMap()
 	enums := tm.EnumStrValueMap()
 	sets := tm.SetStrValueMap()
+	enumSetColls := tm.EnumSetCollationMap()
+	// members decodes ENUM/SET member names from the column's character
+	// set (the table map carries them as the column stores them).
+	members := func(name string, i int, raw []string) ([]string, error) {
+		dec, err := t.decoderFor(id, name, enumSetColls[i])
+		if err != nil || dec == nil || raw == nil {
+			return raw, err
+		}
+		out := make([]string, len(raw))
+		for j, m := range raw {
+			if out[j], err = dec(m); err != nil {
+				return nil, fmt.Errorf("decode table map of %s: column %s: member %d: %w", id, name, j+1, err)
+			}
+		}
+		return out, nil
+	}
 
 	tbl := &tidemark.Table{ID: id, Columns: make([]tidemark.Column, 0, n)}
 	info := &tableInfo{table: tbl, conv: make([]converter, 0, n), id: id}
@@ -190,10 +206,20 @@ func (t *Tailer) buildTable(tm *replication.TableMapEvent, jsonCols map[string]b
 			if typ == mysql.MYSQL_TYPE_TIMESTAMP2 {
 				col.Scale = int(meta)
 			}
-		case tidemark.KindEnum:
-			conv = env.convEnum(enums[i])
-		case tidemark.KindSet:
-			conv = env.convSet(sets[i])
+		case tidemark.KindEnum, tidemark.KindSet:
+			raw := enums[i]
+			if col.Kind == tidemark.KindSet {
+				raw = sets[i]
+			}
+			names, err := members(name, i, raw)
+			if err != nil {
+				return nil, err
+			}
+			if col.Kind == tidemark.KindEnum {
+				conv = env.convEnum(names)
+			} else {
+				conv = env.convSet(names)
+			}
 		case tidemark.KindBytes:
 			if typ == mysql.MYSQL_TYPE_STRING {
 				// BINARY(n): the binlog drops the trailing 0x00 pad
@@ -202,8 +228,12 @@ func (t *Tailer) buildTable(tm *replication.TableMapEvent, jsonCols map[string]b
 				conv = env.convBinary(stringLength(meta))
 			}
 		}
-		if conv == nil { // text
-			conv = env.convText(latin1Collations[coll])
+		if conv == nil { // text, decoded from its character set
+			dec, err := t.decoderFor(id, name, coll)
+			if err != nil {
+				return nil, err
+			}
+			conv = env.convText(dec)
 		}
 		tbl.Columns = append(tbl.Columns, col)
 		info.conv = append(info.conv, conv)

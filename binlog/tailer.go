@@ -42,6 +42,9 @@ type Tailer struct {
 	seqErr error
 	// mysqlGTIDMode is the MySQL source's gtid_mode=ON (checkMySQL).
 	mysqlGTIDMode bool
+	// charsets maps collation ids to character set names
+	// (information_schema.COLLATIONS, read once: charsetOf).
+	charsets map[uint64]string
 	// floor is the source's epoch floor (SetEpochFloor).
 	floor epochFloor
 }
@@ -164,6 +167,9 @@ func (t *Tailer) tableFor(ctx context.Context, tm *replication.TableMapEvent) (*
 		delete(t.jsonCols, id)
 		var err error
 		if jc, err = t.jsonColumns(ctx, id); err != nil {
+			return nil, err
+		}
+		if err := t.loadCharsets(ctx); err != nil {
 			return nil, err
 		}
 	}

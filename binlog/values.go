@@ -182,9 +182,10 @@ func (e *valueEnv) convDouble(v any) (any, error) {
 	return nil, e.errf("want float64, got %T", v)
 }
 
-// convText returns a valid UTF-8 string; latin1 bytes are decoded as
-// MySQL's latin1 (cp1252).
-func (e *valueEnv) convText(latin1 bool) converter {
+// convText returns a valid UTF-8 string: the bytes decoded from the
+// column's character set by dec (charsets.go), or checked to be UTF-8 when
+// dec is nil.
+func (e *valueEnv) convText(dec textDecoder) converter {
 	return func(v any) (any, error) {
 		var s string
 		boxed := false
@@ -198,8 +199,12 @@ func (e *valueEnv) convText(latin1 bool) converter {
 		default:
 			return nil, e.errf("want text, got %T", v)
 		}
-		if latin1 {
-			return decodeCP1252(s), nil
+		if dec != nil {
+			out, err := dec(s)
+			if err != nil {
+				return nil, e.wrap("text has bytes its character set does not define", err)
+			}
+			return out, nil
 		}
 		if !utf8.ValidString(s) {
 			return nil, e.errf("text is not valid UTF-8 (check the column's character set)")

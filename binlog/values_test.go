@@ -170,17 +170,17 @@ func TestConvIntegersAndDecimal(t *testing.T) {
 
 func TestConvTextAndBytes(t *testing.T) {
 	e := env(t, "UTC", ZeroDateNull)
-	if v, err := e.convText(false)("héllo 🐳"); err != nil || v != "héllo 🐳" {
+	if v, err := e.convText(nil)("héllo 🐳"); err != nil || v != "héllo 🐳" {
 		t.Fatalf("utf8: %v %v", v, err)
 	}
-	if _, err := e.convText(false)(string([]byte{0xff, 0xfe})); err == nil {
+	if _, err := e.convText(nil)(string([]byte{0xff, 0xfe})); err == nil {
 		t.Fatal("invalid UTF-8 accepted")
 	}
 	// latin1 (cp1252): 0xE9 = é, 0x80 = €.
-	if v, err := e.convText(true)(string([]byte{'c', 0xE9, ' ', 0x80})); err != nil || v != "cé €" {
+	if v, err := e.convText(decodeLatin1)(string([]byte{'c', 0xE9, ' ', 0x80})); err != nil || v != "cé €" {
 		t.Fatalf("latin1: %q %v", v, err)
 	}
-	if v, err := e.convText(false)([]byte("blob text")); err != nil || v != "blob text" {
+	if v, err := e.convText(nil)([]byte("blob text")); err != nil || v != "blob text" {
 		t.Fatalf("text from blob: %v %v", v, err)
 	}
 	src := []byte{0, 1, 2}
@@ -257,5 +257,41 @@ func TestIncludeFilter(t *testing.T) {
 	c = Config{}
 	if c.included("mysql", "user") || !c.included("app", "t") {
 		t.Fatal("default filter must skip system schemas only")
+	}
+}
+
+// TestCharsetDecoders: legacy character sets decode to the text MySQL
+// converts them to; bytes a character set does not define are an error,
+// never U+FFFD (review finding 7).
+func TestCharsetDecoders(t *testing.T) {
+	for _, c := range []struct {
+		cs, in, want string
+	}{
+		{"latin2", "\xC5\xA1", "ĹĄ"}, // valid UTF-8 ('š'), still latin2
+		{"cp1251", "\xcf\xf0\xe8\xe2\xe5\xf2 \x88", "Привет €"},
+		{"koi8r", "\xf0\xd2\xc9\xd7\xc5\xd4", "Привет"},
+		{"gbk", "\xd6\xd0\xce\xc4", "中文"},
+		{"big5", "\xa4\xa4\xa4\xe5", "中文"},
+		{"euckr", "\xc7\xd1", "한"},
+		{"ucs2", "\x00A\x00\xe9", "Aé"},
+		{"utf16", "\xd8\x3d\xdc\x33", "🐳"},
+		{"utf16le", "A\x00", "A"},
+		{"utf32", "\x00\x01\xf4\x33", "🐳"},
+		{"latin1", "K\xf6ln \x80", "Köln €"},
+	} {
+		got, err := charsetDecoders[c.cs](c.in)
+		if err != nil || got != c.want {
+			t.Errorf("%s: %q → %q, %v; want %q", c.cs, c.in, got, err, c.want)
+		}
+	}
+	for _, c := range []struct{ cs, in string }{
+		{"gbk", "\xd6"},       // a lead byte alone
+		{"utf16", "\xd8\x3d"}, // a lone surrogate
+		{"cp1250", "\x81"},    // undefined in cp1250
+		{"euckr", "\xff\xff"}, // not EUC-KR
+	} {
+		if got, err := charsetDecoders[c.cs](c.in); err == nil {
+			t.Errorf("%s: %q → %q, want an error", c.cs, c.in, got)
+		}
 	}
 }

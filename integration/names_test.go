@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"regexp"
@@ -255,4 +256,53 @@ func TestApplyTopologyRefusedNames(t *testing.T) {
 	}) || applier.exited() || tailer.exited() {
 		t.Fatalf("orders did not converge (tailer exited %v, applier exited %v)\napplier:\n%s", tailer.exited(), applier.exited(), tail(applier.stderr.String(), 20))
 	}
+}
+
+// TestKafkaLegacyCharsets: a latin1 ENUM member and latin2 text reach the
+// Kafka envelope as the text the source holds (review finding 7: the
+// member was the table map's latin1 bytes, which the envelope turned into
+// U+FFFD; latin2 bytes that happen to be valid UTF-8 were published as
+// other letters).
+func TestKafkaLegacyCharsets(t *testing.T) {
+	f := newFixture(t)
+	brokers := f.kafka(t)
+	db := randName("it_kcs_")
+	f.dropLater(t, db)
+	start := f.binlogStart(t)
+	prefix := "tk" + strings.TrimPrefix(db, "it_kcs_")
+	cfg := f.kafkaOnlyConfig(t, db, prefix, start, "")
+	f.exec(t, "CREATE DATABASE "+db, "USE "+db, "SET NAMES utf8mb4",
+		"CREATE TABLE t (id INT PRIMARY KEY, city ENUM('Köln','Zürich') CHARACTER SET latin1, v VARCHAR(20) CHARACTER SET latin2)",
+		"INSERT INTO t VALUES (1, 'Köln', 'ĹĄ')")
+	d := f.startDaemon(t, cfg)
+	defer cleanupDaemon(&d)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(prefix+"."+db+".t"),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.MetadataMinAge(500*time.Millisecond), kgo.MetadataMaxAge(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var after map[string]any
+	deadline := time.Now().Add(60 * time.Second)
+	for after == nil && time.Now().Before(deadline) && !d.exited() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		fs.EachRecord(func(r *kgo.Record) {
+			var env struct {
+				After map[string]any `json:"after"`
+			}
+			if r.Value != nil && json.Unmarshal(r.Value, &env) == nil && env.After != nil {
+				after = env.After
+			}
+		})
+	}
+	if after == nil {
+		t.Fatalf("no change record within 60 s:\n%s", tail(d.stderr.String(), 20))
+	}
+	if after["city"] != "Köln" || after["v"] != "ĹĄ" {
+		t.Fatalf("envelope after = %q, want city Köln and v ĹĄ", after)
+	}
+	f.stopOK(t, d)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -71,11 +72,17 @@ func newCheckpoint(pos tidemark.Position, batch string, marks map[tidemark.Table
 	return c
 }
 
-func (c checkpoint) append(dst []byte) []byte {
+func (c checkpoint) append(dst []byte) ([]byte, error) {
+	var errs []error
+	str := func(dst []byte, s string) []byte {
+		out, err := appendString(dst, s)
+		errs = append(errs, err)
+		return out
+	}
 	dst = append(dst, `{"position":`...)
-	dst = appendString(dst, c.Position)
+	dst = str(dst, c.Position)
 	dst = append(dst, `,"batch":`...)
-	dst = appendString(dst, c.Batch)
+	dst = str(dst, c.Batch)
 	if len(c.Watermarks) > 0 {
 		dst = append(dst, `,"watermarks":[`...)
 		for i, w := range c.Watermarks {
@@ -83,16 +90,19 @@ func (c checkpoint) append(dst []byte) []byte {
 				dst = append(dst, ',')
 			}
 			dst = append(dst, `{"database":`...)
-			dst = appendString(dst, w.Database)
+			dst = str(dst, w.Database)
 			dst = append(dst, `,"table":`...)
-			dst = appendString(dst, w.Table)
+			dst = str(dst, w.Table)
 			dst = append(dst, `,"value":"`...)
 			dst = w.Value.UTC().AppendFormat(dst, time.RFC3339Nano)
 			dst = append(dst, `"}`...)
 		}
 		dst = append(dst, ']')
 	}
-	return append(dst, '}')
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("encode checkpoint %s: %w", c.Position, err)
+	}
+	return append(dst, '}'), nil
 }
 
 func parseCheckpoint(source string, value []byte) (checkpoint, sourceState, error) {

@@ -3,6 +3,7 @@ package kafka
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -72,11 +73,17 @@ func newCodec(t *tidemark.Table, source, topic string, serverID uint32) (*codec,
 		}
 	}
 	c := &codec{table: t, topic: topic, names: make([][]byte, len(t.Columns))}
+	var errs []error
+	str := func(dst []byte, s string) []byte {
+		out, err := appendString(dst, s)
+		errs = append(errs, err)
+		return out
+	}
 	for i, col := range t.Columns {
-		c.names[i] = append(appendString(nil, col.Name), ':')
+		c.names[i] = append(str(nil, col.Name), ':')
 	}
 	b := append([]byte(nil), `,"source":{"name":`...)
-	b = appendString(b, source)
+	b = str(b, source)
 	b = append(b, `,"server_id":`...)
 	if serverID == 0 {
 		b = append(b, "null"...)
@@ -84,9 +91,12 @@ func newCodec(t *tidemark.Table, source, topic string, serverID uint32) (*codec,
 		b = strconv.AppendUint(b, uint64(serverID), 10)
 	}
 	b = append(b, `,"database":`...)
-	b = appendString(b, t.ID.Database)
+	b = str(b, t.ID.Database)
 	b = append(b, `,"table":`...)
-	b = appendString(b, t.ID.Name)
+	b = str(b, t.ID.Name)
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("encode changes of %s: a name: %w", t.ID, err)
+	}
 	c.source = append(b, ',')
 	h := fnv.New64a()
 	h.Write([]byte(t.Fingerprint()))
@@ -186,9 +196,12 @@ func (c *codec) appendEnvelope(dst []byte, ch *tidemark.Change, batchPos tidemar
 	dst = append(dst, `,"index":`...)
 	dst = strconv.AppendUint(dst, uint64(ch.Version.Index), 10)
 	dst = append(dst, `,"gtid":`...)
-	dst = appendStringOrNull(dst, batchPos.GTID)
+	dst, err1 := appendStringOrNull(dst, batchPos.GTID)
 	dst = append(dst, `,"file":`...)
-	dst = appendStringOrNull(dst, batchPos.File)
+	dst, err2 := appendStringOrNull(dst, batchPos.File)
+	if err := errors.Join(err1, err2); err != nil {
+		return dst, fmt.Errorf("encode change of %s: the position %s: %w", c.table.ID, batchPos, err)
+	}
 	dst = append(dst, `,"pos":`...)
 	if batchPos.File == "" {
 		dst = append(dst, "null"...)
@@ -234,9 +247,9 @@ func appendValue(dst []byte, k tidemark.Kind, v any) ([]byte, string) {
 	case tidemark.KindDecimal:
 		switch x := v.(type) {
 		case tidemark.Decimal:
-			return appendString(dst, string(x)), ""
+			return appendText(dst, string(x))
 		case string:
-			return appendString(dst, x), ""
+			return appendText(dst, x)
 		}
 	case tidemark.KindFloat:
 		if x, ok := v.(float32); ok {
@@ -248,7 +261,7 @@ func appendValue(dst []byte, k tidemark.Kind, v any) ([]byte, string) {
 		}
 	case tidemark.KindText, tidemark.KindEnum, tidemark.KindSet:
 		if x, ok := v.(string); ok {
-			return appendString(dst, x), ""
+			return appendText(dst, x)
 		}
 	case tidemark.KindBytes:
 		if x, ok := v.([]byte); ok {
@@ -368,17 +381,33 @@ func appendFloat(dst []byte, f float64, bits int) ([]byte, string) {
 	return dst, ""
 }
 
-func appendStringOrNull(dst []byte, s string) []byte {
+func appendStringOrNull(dst []byte, s string) ([]byte, error) {
 	if s == "" {
-		return append(dst, "null"...)
+		return append(dst, "null"...), nil
 	}
 	return appendString(dst, s)
 }
 
 const hexDigits = "0123456789abcdef"
 
-// appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD.
-func appendString(dst []byte, s string) []byte {
+// appendText is appendString for a value: invalid UTF-8 is described (the
+// value itself is never part of an error).
+func appendText(dst []byte, s string) ([]byte, string) {
+	out, err := appendString(dst, s)
+	if err != nil {
+		return dst, "text is not valid UTF-8 (a character set tidemark did not decode); substituting U+FFFD would publish other text than the source holds"
+	}
+	return out, ""
+}
+
+// errNotUTF8 is text that is not valid UTF-8: JSON cannot carry it, and
+// substituting U+FFFD would publish other text than the source holds.
+var errNotUTF8 = errors.New("text is not valid UTF-8")
+
+// appendString appends s as a JSON string. Invalid UTF-8 is an error
+// (errNotUTF8), never replaced: a value in a character set tidemark did
+// not decode must not reach a consumer as other text.
+func appendString(dst []byte, s string) ([]byte, error) {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
@@ -407,14 +436,10 @@ func appendString(dst []byte, s string) []byte {
 		}
 		r, size := utf8.DecodeRuneInString(s[i:])
 		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
+			return dst, errNotUTF8
 		}
 		i += size
 	}
 	dst = append(dst, s[start:]...)
-	return append(dst, '"')
+	return append(dst, '"'), nil
 }

@@ -376,7 +376,10 @@ func (s *Sink) publish(ctx context.Context, b *tidemark.Batch, enc *encodedBatch
 		}
 	}
 	err := tidemark.Retry(ctx, "publish checkpoint", s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
-		rec := s.checkpointRecord(b.Source, newCheckpoint(next.pos, s.nextBatchID(), next.marks))
+		rec, err := s.checkpointRecord(b.Source, newCheckpoint(next.pos, s.nextBatchID(), next.marks))
+		if err != nil {
+			return err
+		}
 		return s.produceAll(ctx, []kgo.Record{rec})
 	})
 	if err != nil {
@@ -431,11 +434,15 @@ func (s *Sink) attemptTxn(ctx context.Context, source string, enc *encodedBatch,
 			return err
 		}
 	}
+	rec, err := s.checkpointRecord(source, cp)
+	if err != nil {
+		return err
+	}
 	if err := s.cl.BeginTransaction(); err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
 	s.txnOpen = true
-	recs := append(enc.records(1), s.checkpointRecord(source, cp))
+	recs := append(enc.records(1), rec)
 	if err := s.produceAll(ctx, recs); err != nil {
 		if isFenced(err) {
 			return err
@@ -459,7 +466,7 @@ func (s *Sink) attemptTxn(ctx context.Context, source string, enc *encodedBatch,
 		}
 	}
 	pid, epoch, _ := s.cl.ProducerID(ctx) // loaded: the records were produced with it
-	err := s.cl.EndTransaction(ctx, kgo.TryCommit)
+	err = s.cl.EndTransaction(ctx, kgo.TryCommit)
 	if s.hookCommitResult != nil {
 		err = s.hookCommitResult(err)
 	}
@@ -598,8 +605,9 @@ func (s *Sink) tooLarge(err error) error {
 		owner.id, pe.topic, s.cfg.MaxRecordBytes, err)}
 }
 
-func (s *Sink) checkpointRecord(source string, cp checkpoint) kgo.Record {
-	return kgo.Record{Topic: s.cfg.CheckpointTopic, Key: []byte(source), Value: cp.append(nil)}
+func (s *Sink) checkpointRecord(source string, cp checkpoint) (kgo.Record, error) {
+	v, err := cp.append(nil)
+	return kgo.Record{Topic: s.cfg.CheckpointTopic, Key: []byte(source), Value: v}, err
 }
 
 func (s *Sink) nextBatchID() string {

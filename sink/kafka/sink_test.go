@@ -249,7 +249,11 @@ func TestCheckpointIgnoresAbortedAndOpen(t *testing.T) {
 		if err := raw.BeginTransaction(); err != nil {
 			t.Fatal(err)
 		}
-		rec := &kgo.Record{Topic: cfg.CheckpointTopic, Key: []byte("src"), Value: checkpoint{Position: pos, Batch: "x"}.append(nil)}
+		v, err := checkpoint{Position: pos, Batch: "x"}.append(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := &kgo.Record{Topic: cfg.CheckpointTopic, Key: []byte("src"), Value: v}
 		if err := raw.ProduceSync(ctx, rec).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
