@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -154,6 +155,11 @@ type partState struct {
 	epoch   int32  // leader epoch of the record before next (-1: unknown)
 	schema  *announcedSchema
 	json    string // the schema record's value, stored with the offset
+	// quarantined is why the partition's table is quarantined ("": it
+	// is not): its rows and control records are skipped, the offsets
+	// advance, until the partition's next snapshot_begin of the table (a
+	// resync) starts applying it again.
+	quarantined string
 	// stopped is why the partition stopped (nil: it runs): the record at
 	// next cannot be applied safely. The partition is paused until it is
 	// revoked; every other partition goes on.
@@ -371,6 +377,7 @@ func (a *Applier) restore(ctx context.Context, topic string, parts []int32) (map
 		st := &partState{prev: -1, hw: -1, epoch: -1}
 		if old := a.parts[topicPartition{topic, p}]; old != nil {
 			st.stopped = old.stopped // paused until revoked
+			st.quarantined = old.quarantined
 		}
 		starts[p] = -1
 		if o, ok := byPart[p]; ok {
@@ -382,11 +389,63 @@ func (a *Applier) restore(ctx context.Context, topic string, parts []int32) (map
 					return nil, fmt.Errorf("stored schema of %s partition %d: %w", topic, p, err)
 				}
 				st.schema, st.json = as, o.Schema
+				if reason, ok := a.quarantinedTable(ctx, as); ok && st.quarantined == "" {
+					st.quarantined = reason
+				}
 			}
 		}
 		a.parts[topicPartition{topic, p}] = st
 	}
 	return starts, nil
+}
+
+// quarantinedTable reports whether the table of as is quarantined in the
+// target's table states (another member, or an earlier run of this one,
+// quarantined it), and why. Callers hold a.mu.
+func (a *Applier) quarantinedTable(ctx context.Context, as *announcedSchema) (string, bool) {
+	reg, ok := a.target.(tidemark.TableRegistry)
+	if !ok {
+		return "", false
+	}
+	states, err := reg.TableStates(ctx, a.source(as))
+	if err != nil {
+		return "", false // the first row of the table quarantines it again if need be
+	}
+	for _, ts := range states {
+		if ts.Table == as.table.ID && ts.Mode == tidemark.TableQuarantined {
+			return ts.Reason, true
+		}
+	}
+	return "", false
+}
+
+func (a *Applier) source(as *announcedSchema) string {
+	if a.cfg.Source != "" {
+		return a.cfg.Source
+	}
+	return as.source
+}
+
+// quarantine records table id of the partitions' topic as quarantined,
+// for `tidemark status` and the other members, and marks every assigned
+// partition of its topic: their rows of it are skipped until a resync's
+// snapshot. It returns an error only when the state cannot be recorded.
+// Callers hold a.mu.
+func (a *Applier) quarantine(ctx context.Context, topic string, as *announcedSchema, cause error) error {
+	reason := fmt.Sprintf("quarantined by apply group %s (topic %s): %v", a.cfg.Group, topic, cause)
+	if reg, ok := a.target.(tidemark.TableRegistry); ok {
+		if err := reg.SetTableState(ctx, a.source(as), tidemark.TableState{Table: as.table.ID, Mode: tidemark.TableQuarantined, Reason: reason}); err != nil {
+			return fmt.Errorf("quarantine %s: %w", as.table.ID, err)
+		}
+	}
+	for tp, st := range a.parts {
+		if tp.topic == topic && st.quarantined == "" {
+			st.quarantined = reason
+		}
+	}
+	a.log.Error("table quarantined: its rows are skipped from now on (the offsets advance); the other tables continue. Resync it with `tidemark resync --table "+as.table.ID.String()+"` once the cause is fixed",
+		"table", as.table.ID.String(), "topic", topic, "err", cause)
+	return nil
 }
 
 // schema parses a control record's value, sharing one *Table per schema.
@@ -513,6 +572,29 @@ func (a *Applier) apply(ctx context.Context, recs []*kgo.Record) error {
 			b.Source = "apply:" + a.cfg.Group
 		}
 		stats, err := a.target.Apply(ctx, b)
+		for tries := 0; err != nil && tries < 8; tries++ {
+			// A table the target cannot apply is quarantined, and the
+			// batch applied again without it.
+			te, ok := errors.AsType[*tidemark.TableError](err)
+			if !ok {
+				break
+			}
+			var topic string
+			var as *announcedSchema
+			for tp, st := range touched {
+				if st.schema != nil && st.schema.table.ID == te.Table {
+					topic, as = tp.topic, st.schema
+				}
+			}
+			if as == nil {
+				break
+			}
+			if qerr := a.quarantine(ctx, topic, as, te); qerr != nil {
+				return qerr
+			}
+			b.Changes = slices.DeleteFunc(b.Changes, func(c tidemark.Change) bool { return c.Table.ID == te.Table })
+			stats, err = a.target.Apply(ctx, b)
+		}
 		if err != nil {
 			return fmt.Errorf("apply %d changes of group %s: %w", len(b.Changes), a.cfg.Group, err)
 		}
@@ -546,7 +628,15 @@ func (a *Applier) apply(ctx context.Context, recs []*kgo.Record) error {
 		where := recordPlace{r}  // formatted only in an error
 		if ctl, ok := recordHeader(r, controlHeader); ok {
 			if kind := string(ctl); kind != string(controlSchema) {
-				err := a.tableControl(ctx, kind, r, st, flush)
+				var err error
+				if st.quarantined != "" {
+					err = a.resumeQuarantined(ctx, kind, r, st, flush)
+				} else {
+					err = a.tableControl(ctx, kind, r, st, flush)
+					if te, ok := errors.AsType[*tidemark.TableError](err); ok && st.schema != nil && te.Table == st.schema.table.ID {
+						err = a.quarantine(ctx, r.Topic, st.schema, te)
+					}
+				}
 				var refused *refusedRecord
 				if errors.As(err, &refused) {
 					if err := a.stop(tp, st, r.Offset, fmt.Errorf("apply %s: %w", where, err), flush); err != nil {
@@ -577,8 +667,14 @@ func (a *Applier) apply(ctx context.Context, recs []*kgo.Record) error {
 				if err := flush(); err != nil {
 					return err
 				}
-				if err := a.target.EnsureTable(ctx, as.table); err != nil {
-					return fmt.Errorf("apply %s: create or alter the target table of %s: %w", where, as.table.ID, err)
+				if st.quarantined == "" {
+					err := a.target.EnsureTable(ctx, as.table)
+					if te, ok := errors.AsType[*tidemark.TableError](err); ok && te.Table == as.table.ID {
+						err = a.quarantine(ctx, r.Topic, as, te)
+					}
+					if err != nil {
+						return fmt.Errorf("apply %s: create or alter the target table of %s: %w", where, as.table.ID, err)
+					}
 				}
 				st.schema, st.json = as, string(r.Value)
 			}
@@ -592,8 +688,8 @@ func (a *Applier) apply(ctx context.Context, recs []*kgo.Record) error {
 		st.next = r.Offset + 1
 		touched[tp] = st
 		st.records++
-		if r.Value == nil {
-			continue // a tombstone: the delete before it did the work
+		if r.Value == nil || st.quarantined != "" {
+			continue // a tombstone (the delete before it did the work), or a row of a quarantined table
 		}
 		if v, _ := recordHeader(r, "schema_version"); string(v) != EnvelopeVersion {
 			return fmt.Errorf("apply %s: envelope version %q, this tidemark reads %q", where, v, EnvelopeVersion)
@@ -607,6 +703,14 @@ func (a *Applier) apply(ctx context.Context, recs []*kgo.Record) error {
 			return fmt.Errorf("apply %s: the row was written with table schema %s, but the schema last announced on the partition is %s: refusing to write rows for a layout this applier has not applied (publish with target.kafka.control_records: true, and start appliers on topics written with it)", where, shape, have)
 		}
 		ch, err := decodeChange(r.Value, st.schema.table)
+		if ve, ok := errors.AsType[*tidemark.ValueError](err); ok {
+			// A record the target cannot take: its table is
+			// quarantined, the others go on.
+			if err := a.quarantine(ctx, r.Topic, st.schema, fmt.Errorf("%s: %w", where, ve)); err != nil {
+				return err
+			}
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("apply %s: %w", where, err)
 		}
@@ -616,6 +720,37 @@ func (a *Applier) apply(ctx context.Context, recs []*kgo.Record) error {
 		b.Changes = append(b.Changes, ch)
 	}
 	return flush()
+}
+
+// resumeQuarantined handles a control record of partition st while its
+// table is quarantined: only a snapshot_begin of the table (a resync)
+// matters: the target table is brought to the partition's schema and the
+// partition applies the table again from there; the snapshot's rows and its
+// end replace what was skipped. Callers hold a.mu.
+func (a *Applier) resumeQuarantined(ctx context.Context, kind string, r *kgo.Record, st *partState, flush func() error) error {
+	if kind != string(controlSnapshotBegin) || st.schema == nil {
+		return nil
+	}
+	tc, err := parseTableControl(kind, r.Value)
+	if err != nil {
+		return err
+	}
+	if err := a.checkScope(r, st, kind, tc.Source, tidemark.TableID{Database: tc.Database, Name: tc.Table}); err != nil {
+		return err
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	err = a.target.EnsureTable(ctx, st.schema.table)
+	if te, ok := errors.AsType[*tidemark.TableError](err); ok {
+		return a.quarantine(ctx, r.Topic, st.schema, te) // still not applicable
+	}
+	if err != nil {
+		return fmt.Errorf("create or alter the target table of %s: %w", st.schema.table.ID, err)
+	}
+	st.quarantined = ""
+	a.log.Info("a snapshot of a quarantined table begins on the partition: applying it again", "table", st.schema.table.ID.String(), "topic", r.Topic, "partition", r.Partition)
+	return nil
 }
 
 // tableControl applies a control record of a table (all kinds but schema)
