@@ -74,13 +74,14 @@ func (c Column) dataType() (dataType, columnType string) {
 }
 
 var (
-	selectTableRE  = regexp.MustCompile("^select (.+) from `([^`]+)`\\.`([^`]+)` order by (.+) limit (\\d+)$")
-	columnsQuery   = "select column_name, data_type, column_type, is_nullable, numeric_precision, numeric_scale, datetime_precision, character_set_name from information_schema.columns where table_schema = ? and table_name = ? order by ordinal_position"
-	keyQuery       = "select column_name from information_schema.key_column_usage where table_schema = ? and table_name = ? and constraint_name = 'primary' order by ordinal_position"
-	tablesQuery    = "select table_schema, table_name from information_schema.tables where table_type = 'base table' order by 1, 2"
-	tablesQuery2   = "select table_schema, table_name from information_schema.tables where table_type = 'base table' order by table_schema, table_name"
-	convertTZQuery = "select convert_tz('2026-01-01 00:00:00', 'utc', ?) is not null"
-	indexesQuery   = "select index_name, non_unique, column_name, sub_part, collation, index_type from information_schema.statistics where table_schema = ? and table_name = ? and index_name <> 'primary' order by index_name, seq_in_index"
+	selectTableRE   = regexp.MustCompile("^select (.+) from `([^`]+)`\\.`([^`]+)` order by (.+) limit (\\d+)$")
+	columnsQuery    = "select column_name, data_type, column_type, is_nullable, numeric_precision, numeric_scale, datetime_precision, character_set_name from information_schema.columns where table_schema = ? and table_name = ? order by ordinal_position"
+	keyQuery        = "select column_name from information_schema.key_column_usage where table_schema = ? and table_name = ? and constraint_name = 'primary' order by ordinal_position"
+	tablesQuery     = "select table_schema, table_name from information_schema.tables where table_type = 'base table' order by 1, 2"
+	tablesQuery2    = "select table_schema, table_name from information_schema.tables where table_type = 'base table' order by table_schema, table_name"
+	convertTZQuery  = "select convert_tz('2026-01-01 00:00:00', 'utc', ?) is not null"
+	collationsQuery = "select id, character_set_name from information_schema.collations where id is not null"
+	indexesQuery    = "select index_name, non_unique, column_name, sub_part, collation, index_type from information_schema.statistics where table_schema = ? and table_name = ? and index_name <> 'primary' order by index_name, seq_in_index"
 )
 
 // tableAnswer answers the reads of a table's data and schema (p.mu held),
@@ -92,6 +93,12 @@ func (p *Primary) tableAnswer(q string, args []string) (*sqltypes.Result, error)
 		r := &sqltypes.Result{Fields: []*querypb.Field{{Name: "known", Type: querypb.Type_INT64}}}
 		r.Rows = [][]sqltypes.Value{{sqltypes.NewInt64(1)}}
 		return r, nil
+	case collationsQuery:
+		// The character sets of MySQL 8's collations the primary's
+		// columns use (the tailer decodes text by them).
+		return textResult([]string{"ID", "CHARACTER_SET_NAME"},
+			[]any{8, "latin1"}, []any{33, "utf8mb3"}, []any{45, "utf8mb4"}, []any{46, "utf8mb4"},
+			[]any{63, "binary"}, []any{83, "utf8mb3"}, []any{255, "utf8mb4"}, []any{309, "utf8mb4"}), nil
 	case indexesQuery:
 		// The primary's tables have a primary key and no other index.
 		return textResult([]string{"INDEX_NAME", "NON_UNIQUE", "COLUMN_NAME", "SUB_PART", "COLLATION", "INDEX_TYPE"}), nil
