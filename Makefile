@@ -1,5 +1,5 @@
 # tidemark — see README.md.
-#   make demo    start local MariaDB + PostgreSQL and run the end-to-end demo
+#   make demo    start the local services and run the end-to-end demo (SOURCE=mysql: from MySQL 9.7)
 #   make test    start local MariaDB + PostgreSQL + Kafka, then gofmt check, go mod tidy check,
 #                go vet, go test -race
 #                (packages one at a time: -p 1, since tests share one MariaDB and some purge its binlogs)
@@ -50,8 +50,10 @@ test-long: services
 	$(WITH_ENV) && TIDEMARK_LONG=1 TIDEMARK_REL_REPORT=$(CURDIR)/bin/reliability-long.jsonl \
 		go test -count=1 -p 1 -timeout 90m -run 'Long$$' -v ./integration/
 
+# SOURCE=mysql runs it against the real MySQL 9.7 instead of MariaDB.
+SOURCE ?= mariadb
 demo: services
-	$(WITH_ENV) && go run ./cmd/tidemark demo
+	$(WITH_ENV) && go run ./cmd/tidemark demo -source $(SOURCE)
 
 # Measures tidemark against its ceilings, three runs on one backlog (medians), and writes its
 # section of docs/PERFORMANCE.md. The lag (T3) needs track_commit_timestamp=on, which

@@ -26,7 +26,12 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	steps := fs.Int("steps", 1500, "workload transactions per phase")
 	verbose := fs.Bool("v", false, "log at debug level")
+	source := fs.String("source", "mariadb", "the local source to replicate: mariadb, or mysql (the real MySQL 9.7 of scripts/services.sh)")
 	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if *source != binlog.FlavorMariaDB && *source != binlog.FlavorMySQL {
+		fmt.Fprintf(stderr, "demo: -source %q is not mariadb or mysql\n", *source)
 		return exitUsage
 	}
 	level := "warn"
@@ -34,7 +39,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		level = "debug"
 	}
 	log := newLogger(LogConfig{Level: level}, stderr)
-	if err := demo(ctx, *steps, DefaultMetricsListen, log, stdout); err != nil {
+	if err := demo(ctx, *source, *steps, DefaultMetricsListen, log, stdout); err != nil {
 		fmt.Fprintln(stderr, "demo failed:", err)
 		return exitFailed
 	}
@@ -47,12 +52,18 @@ const (
 	demoZone   = "Asia/Kolkata"
 )
 
-// demo runs the demo with steps workload transactions per phase; its
-// status page listens on listen, or on any free port when that is taken.
-func demo(ctx context.Context, steps int, listen string, log *slog.Logger, out io.Writer) error {
+// demo runs the demo with steps workload transactions per phase from the
+// local source of flavor (mariadb or mysql); its status page listens on
+// listen, or on any free port when that is taken.
+func demo(ctx context.Context, flavor string, steps int, listen string, log *slog.Logger, out io.Writer) error {
 	env, err := workload.EnvFromOS()
 	if err != nil {
 		return err
+	}
+	if flavor == binlog.FlavorMySQL {
+		if env, err = env.MySQL9(); err != nil {
+			return err
+		}
 	}
 	lab, err := workload.OpenLab(ctx, env)
 	if err != nil {
@@ -60,7 +71,7 @@ func demo(ctx context.Context, steps int, listen string, log *slog.Logger, out i
 	}
 	defer lab.Close(ctx)
 
-	fmt.Fprintf(out, "tidemark demo: MariaDB %s → PostgreSQL, source zone %s\n\n", env.MySQLAddr, demoZone)
+	fmt.Fprintf(out, "tidemark demo: %s %s → PostgreSQL, source zone %s\n\n", env.ServerName(), env.MySQLAddr, demoZone)
 	// A clean slate: the demo's target schema and checkpoint.
 	if err := lab.ResetTarget(ctx, demoDB, "tidemark", demoSource); err != nil {
 		return err
@@ -83,7 +94,7 @@ func demo(ctx context.Context, steps int, listen string, log *slog.Logger, out i
 		w.Stats.Transactions, w.Stats.Inserts, w.Stats.Updates, w.Stats.Deletes, time.Since(t0).Round(time.Millisecond))
 
 	cfg := &Config{
-		Source: SourceConfig{Name: demoSource, Addr: env.MySQLAddr, User: env.MySQLUser, Password: env.MySQLPassword,
+		Source: SourceConfig{Name: demoSource, Flavor: flavor, Addr: env.MySQLAddr, User: env.MySQLUser, Password: env.MySQLPassword,
 			ServerID: 4201, TimeZone: demoZone, Include: []string{demoDB + ".*"}, StartPosition: start.String()},
 		Target: TargetConfig{Postgres: &PostgresConfig{DSN: env.PGDSN}},
 	}
@@ -95,7 +106,7 @@ func demo(ctx context.Context, steps int, listen string, log *slog.Logger, out i
 	m := NewMetrics()
 	var d *daemon
 	var src *binlog.Verifier
-	page := status.NewPage(status.Identity{Name: demoSource, Flavor: binlog.FlavorMariaDB, Addr: env.MySQLAddr, ServerID: 4201, Version: buildVersion()},
+	page := status.NewPage(status.Identity{Name: demoSource, Flavor: flavor, Addr: env.MySQLAddr, ServerID: 4201, Version: buildVersion()},
 		pageSources(cfg, m, func() (*daemon, *binlog.Verifier) { return d, src }))
 	d, err = wire(ctx, cfg, log, func(b *tidemark.Batch, s tidemark.ApplyStats, took time.Duration) {
 		changes.Add(int64(len(b.Changes)))

@@ -13,15 +13,21 @@ import (
 // TestDemo runs `tidemark demo` with a short workload on the local
 // services: it replicates the backlog and the live phase, prints the
 // verification (the verify package's report) and the IST row, and ends
-// equal.
+// equal — from MariaDB and from the real MySQL 9.7 (make demo SOURCE=mysql).
 func TestDemo(t *testing.T) {
 	if _, err := workload.EnvFromOS(); err != nil {
 		t.Fatal(err) // names the command that sets the environment
 	}
+	for _, flavor := range []string{"mariadb", "mysql"} {
+		t.Run(flavor, func(t *testing.T) { testDemo(t, flavor) })
+	}
+}
+
+func testDemo(t *testing.T, flavor string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var out strings.Builder
-	if err := demo(ctx, 40, "127.0.0.1:0", slog.New(slog.DiscardHandler), &out); err != nil {
+	if err := demo(ctx, flavor, 40, "127.0.0.1:0", slog.New(slog.DiscardHandler), &out); err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
 	for _, s := range []string{
