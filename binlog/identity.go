@@ -26,8 +26,44 @@ type serverState struct {
 	strict, slaveUpdates bool
 	// gtidMode is MySQL's gtid_mode ("ON", "OFF", …).
 	gtidMode string
-	// lastFile is the newest binlog file.
+	// lastFile is the newest binlog file, files all of them.
 	lastFile string
+	files    map[string]bool
+	// legacyElsewhere says why a checkpoint without an identity cannot be
+	// this server's (placeLegacy); empty when it can.
+	legacyElsewhere string
+}
+
+// placeLegacy checks a checkpoint written before identities were stored
+// against the server, before it is taken as this server's (review finding
+// 10): its file and offset must be in this server's binlog — on MariaDB
+// BINLOG_GTID_POS(file, offset) must give the checkpoint's GTID position,
+// on MySQL the file must be one of its binary logs. Otherwise the
+// checkpoint is another server's (an old primary, whose filepos versions
+// do not order against this one's) and st.legacyElsewhere says why.
+func (t *Tailer) placeLegacy(ctx context.Context, stored tidemark.Position, st *serverState) error {
+	// Without GTIDs there is nothing to follow elsewhere: a file the
+	// server lacks is a purged position (the fallback's case), as before.
+	if !stored.Source.IsZero() || stored.File == "" || stored.GTID == "" {
+		return nil
+	}
+	if t.cfg.Flavor != FlavorMariaDB {
+		if !st.files[stored.File] {
+			st.legacyElsewhere = fmt.Sprintf("the legacy checkpoint's file %s is not in this server's binlog", stored.File)
+		}
+		return nil
+	}
+	r, err := t.query(ctx, "SELECT BINLOG_GTID_POS(?, ?)", stored.File, stored.Offset)
+	if err != nil {
+		return fmt.Errorf("place checkpoint %s on source %s: %w", stored, t.cfg.Name, err)
+	}
+	got, _ := r.GetString(0, 0)
+	want, err1 := tidemark.ParseMariaDBGTIDSet(stored.GTID)
+	have, err2 := tidemark.ParseMariaDBGTIDSet(got)
+	if got == "" || err1 != nil || err2 != nil || want.String() != have.String() {
+		st.legacyElsewhere = fmt.Sprintf("the legacy checkpoint's %s:%d is %s in this server's binlog, not %s", stored.File, stored.Offset, orNone(got), stored.GTID)
+	}
+	return nil
 }
 
 // readServer reads the server's identity and binlog state.
@@ -69,8 +105,11 @@ func (t *Tailer) readServer(ctx context.Context) (serverState, error) {
 	if err != nil {
 		return st, fmt.Errorf("list binary logs of %s: %w", t.cfg.Name, err)
 	}
-	if n := r.RowNumber(); n > 0 {
-		st.lastFile, _ = r.GetString(n-1, 0)
+	st.files = map[string]bool{}
+	for i := 0; i < r.RowNumber(); i++ {
+		name, _ := r.GetString(i, 0)
+		st.files[name] = true
+		st.lastFile = name
 	}
 	if st.id.Basename == "" && st.lastFile != "" {
 		st.id.Basename = binlogBase(st.lastFile)
@@ -156,6 +195,9 @@ func (t *Tailer) Resolve(ctx context.Context, stored tidemark.Position) (Resolut
 	if err != nil {
 		return Resolution{}, err
 	}
+	if err := t.placeLegacy(ctx, stored, &st); err != nil {
+		return Resolution{}, err
+	}
 	return t.resolve(stored, st)
 }
 
@@ -168,11 +210,16 @@ func (t *Tailer) Accept(ctx context.Context, stored tidemark.Position) (tidemark
 	if err != nil {
 		return tidemark.SourceIdentity{}, 0, err
 	}
+	if err := t.placeLegacy(ctx, stored, &st); err != nil {
+		return tidemark.SourceIdentity{}, 0, err
+	}
 	epoch := stored.Epoch
 	if !stored.Source.IsZero() && stored.Source != st.id {
 		epoch++
-	} else if _, err := t.resolve(stored, st); err != nil {
+	} else if res, err := t.resolve(stored, st); err != nil {
 		epoch++
+	} else if res.Start.Epoch > epoch {
+		epoch = res.Start.Epoch // a legacy checkpoint of another server
 	}
 	epoch, _ = t.floor.lift(epoch, st.id)
 	if epoch > tidemark.MaxEpoch {
@@ -291,6 +338,11 @@ func (t *Tailer) resolveRules(stored tidemark.Position, st serverState) (Resolut
 		return refuse("the source is another kind of server", "set source.flavor to what the server is, or re-seed the target for the new server")
 	}
 	sameServer := prev.Server == st.id.Server && prev.Domain == st.id.Domain && prev.Basename == st.id.Basename
+	if legacy && st.legacyElsewhere != "" {
+		// Not this server's after all: followed like another server's.
+		sameServer = false
+		res.Changed = append(res.Changed, st.legacyElsewhere)
+	}
 	behind, why := t.behind(stored, st)
 	switch {
 	case sameServer && !behind:

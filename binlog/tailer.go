@@ -264,6 +264,9 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 	if err := t.checkDomains(st); err != nil {
 		return false, err
 	}
+	if err := t.placeLegacy(ctx, *pos, &st); err != nil {
+		return false, err
+	}
 	res, err := t.resolve(*pos, st)
 	if err != nil {
 		return false, err

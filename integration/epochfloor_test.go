@@ -90,3 +90,83 @@ func TestEpochFloorSurvivesCheckpointReset(t *testing.T) {
 		t.Fatalf("checkpoint %s (%v) after the reset: want epoch 1 (the floor)", pos, err)
 	}
 }
+
+// TestLegacyCheckpointOfAnotherServer is the first sequence of review
+// finding 10: a checkpoint written before identities were stored
+// (gtid=…;file=mysql-bin.000090;pos=…, no src=) was taken as the current
+// server's, although its file is not in this server's binlog: the old
+// server's filepos versions (90<<40|…) stayed above every version of the
+// new one, whose binlog is at a lower file number, and every update was
+// skipped. A legacy file/offset that the server cannot place
+// (BINLOG_GTID_POS(file, pos) is not the checkpoint's GTID) is now another
+// server's: resumed by GTID in the next epoch (rule 4).
+func TestLegacyCheckpointOfAnotherServer(t *testing.T) {
+	f := newFixture(t)
+	db := randName("it_legacy_")
+	f.dropLater(t, db, db)
+	t.Cleanup(func() { _, _ = f.pg.Exec(f.ctx, "DELETE FROM tidemark.source_epochs WHERE source = $1", db) })
+	start, err := harness.SourcePosition(f.my)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &harness.Workload{My: f.my, Database: db, Zone: "UTC", Rand: rand.New(rand.NewPCG(11, 1)), BigTxRows: 20}
+	if err := w.Setup(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(40); err != nil {
+		t.Fatal(err)
+	}
+	cfg := f.configYAML(t, db, db, db, "UTC", start)
+	setSourceOption(t, cfg, "version", "filepos")
+	d := f.startDaemon(t, cfg)
+	f.waitCaughtUp(t, db, d)
+	if code := d.stop(t); code != 0 {
+		t.Fatalf("exit %d\n%s", code, d.stderr.String())
+	}
+	spec := harness.TableSpec{Database: db, Table: "orders", SourceZone: "UTC"}
+	f.compare(t, spec)
+	// What an old release wrote on the old primary: its rows carry
+	// versions of its mysql-bin.000090, its checkpoint no identity; this
+	// server has the GTIDs.
+	here, err := harness.SourcePosition(f.my)
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy := fmt.Sprintf("gtid=%s;file=mysql-bin.000090;pos=4242", here.GTID)
+	for _, q := range []string{
+		"UPDATE tidemark.checkpoints SET position = $2, file = 'mysql-bin.000090', pos = 4242 WHERE source = $1",
+		"DELETE FROM tidemark.source_epochs WHERE source = $1",
+	} {
+		args := []any{db}
+		if strings.Contains(q, "$2") {
+			args = append(args, legacy)
+		}
+		if _, err := f.pg.Exec(f.ctx, q, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.pg.Exec(f.ctx, fmt.Sprintf(`UPDATE %q.orders SET _tm_seq = (90::bigint << 40) | 4242`, db)); err != nil {
+		t.Fatal(err)
+	}
+	for j := 0; j < 10; j++ {
+		if err := harness.Exec(f.my, fmt.Sprintf("UPDATE orders SET note = 'on the new server', amount = amount + 1 WHERE order_id = %d", 1+j)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d = f.startDaemon(t, cfg)
+	f.waitCaughtUp(t, db, d)
+	if code := d.stop(t); code != 0 {
+		t.Fatalf("exit %d\n%s", code, d.stderr.String())
+	}
+	log := d.stderr.String()
+	diff, err := harness.Compare(f.ctx, f.my, f.pg, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !diff.Equal() {
+		t.Fatalf("after a legacy checkpoint of another server, the target differs from the source: %v\n%s", diff, grepLines(log, "stopped cleanly"))
+	}
+	if pos, _, err := harness.StoredCheckpoint(f.ctx, f.pg, "", db); err != nil || pos.Epoch != 1 {
+		t.Fatalf("checkpoint %s (%v): want epoch 1 (another server, followed by GTID)", pos, err)
+	}
+}
