@@ -337,12 +337,7 @@ func TestKafkaOnlyExactlyOnce(t *testing.T) {
 // duplicates.
 func consumeVersions(t *testing.T, brokers []string, topic string, want int, timeout time.Duration) (map[string]int, map[string]int) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := readCommitted(t, brokers, topic)
 	seen, ops := map[string]int{}, map[string]int{}
 	deadline := time.Now().Add(timeout)
 	extra := time.Time{}

@@ -38,6 +38,7 @@ import (
 	"tidemark/binlog"
 	"tidemark/dedupe"
 	"tidemark/fallback"
+	"tidemark/sink/kafka"
 	"tidemark/status"
 	"tidemark/verify"
 )
@@ -376,6 +377,9 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 				tt.schema = cfg.Target.Postgres.Schema
 			}
 			target = tt
+		} else if ks, ok := target.(*kafka.Sink); ok && kc.ControlRecords {
+			// Kafka alone with control records: TRUNCATE is published.
+			target = kafkaWithDDL{Sink: ks, log: log.With("component", "kafka")}
 		}
 	default:
 		// Table states, DDL and the source lock stay in the state target.
@@ -390,7 +394,13 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 			closeSink()
 			return nil, err
 		}
-		target = fanoutWithStates{Sink: target, DDLSink: ddl, SourceLocker: locker, TableRegistry: reg}
+		fo := fanoutWithStates{Sink: target, DDLSink: ddl, SourceLocker: locker, TableRegistry: reg}
+		if cfg.Target.Kafka.ControlRecords {
+			// The fan-out's DDL and snapshots reach Kafka's consumers
+			// too (control records).
+			fo.kafka, _ = kafkaOf(target).(kafkaControl)
+		}
+		target = fo
 	}
 	// No epoch below the source's floor, whatever the checkpoint says (a
 	// deleted or edited one, a start_position: docs/FAILOVER.md). The

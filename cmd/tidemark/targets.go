@@ -155,7 +155,57 @@ func withKafka(ctx context.Context, pg tidemark.Sink, kc *KafkaConfig, source st
 		ks.Close()
 		return nil, err
 	}
-	return f, nil
+	return kafkaFanout{Fanout: f, kafka: ks}, nil
+}
+
+// kafkaFanout is the PostgreSQL + Kafka fan-out, which also knows its
+// Kafka sink (for control records: kafkaOf).
+type kafkaFanout struct {
+	*tidemark.Fanout
+	kafka *kafka.Sink
+}
+
+// kafkaOf returns the Kafka sink of a fan-out made by withKafka (nil when
+// there is none).
+func kafkaOf(s tidemark.Sink) any {
+	if f, ok := s.(kafkaFanout); ok {
+		return f.kafka
+	}
+	return nil
+}
+
+// kafkaControl is what the fan-out needs of the Kafka sink to publish
+// control records (control_records: true).
+type kafkaControl interface {
+	ddlPublisher
+	tidemark.SnapshotBoundary
+}
+
+// kafkaWithDDL is Kafka as the only target, with control records and
+// without the apply topology: a source TRUNCATE is published as a truncate
+// control record (docs/kafka.md). A DROP TABLE is not: nothing applies or
+// refuses it here (drop records are published where
+// target.postgres.ddl.drop_table: apply says so), and it is logged.
+type kafkaWithDDL struct {
+	*kafka.Sink
+	log *slog.Logger
+}
+
+var _ tidemark.DDLSink = kafkaWithDDL{}
+
+// ApplyDDL implements tidemark.DDLSink: the TRUNCATEs of events and the
+// checkpoint in one Kafka transaction.
+func (k kafkaWithDDL) ApplyDDL(ctx context.Context, source string, events []tidemark.DDLEvent, checkpoint tidemark.Position) error {
+	var pub []tidemark.DDLEvent
+	for _, ev := range events {
+		switch ev.Op {
+		case tidemark.DDLTruncate:
+			pub = append(pub, ev)
+		case tidemark.DDLDropTable:
+			k.log.Info("DROP TABLE not published: with Kafka alone only TRUNCATE becomes a control record", "source", source, "table", ev.Table.String(), "reason", ev.Reason)
+		}
+	}
+	return k.PublishDDL(ctx, source, pub, checkpoint)
 }
 
 // tailerTarget is the Kafka sink of the scale-out tailer, with the source's
@@ -310,12 +360,54 @@ func (t tailerTarget) Close() error {
 }
 
 // fanoutWithStates is the state target + Kafka fan-out (tidemark.Fanout);
-// table states, DDL and the per-source lock are the state target's.
+// table states, DDL and the per-source lock are the state target's. With
+// control records (kafka set) a DDL event the state target applied is
+// published to Kafka as well (TRUNCATE, an applied DROP TABLE), and a
+// snapshot's rows are enclosed in snapshot boundaries, as in the scale-out
+// topology.
 type fanoutWithStates struct {
 	tidemark.Sink
 	tidemark.DDLSink
 	tidemark.SourceLocker
 	tidemark.TableRegistry
+	kafka kafkaControl
+}
+
+var _ tidemark.SnapshotBoundary = fanoutWithStates{}
+
+// ApplyDDL implements tidemark.DDLSink: the state target first (a refused
+// event is its *tidemark.TableError, and nothing is published), then Kafka.
+// A crash between the two resumes at Kafka's older checkpoint (the
+// fan-out's), which replays the events.
+func (f fanoutWithStates) ApplyDDL(ctx context.Context, source string, events []tidemark.DDLEvent, checkpoint tidemark.Position) error {
+	if err := f.DDLSink.ApplyDDL(ctx, source, events, checkpoint); err != nil {
+		return err
+	}
+	if f.kafka == nil {
+		return nil
+	}
+	if err := f.kafka.PublishDDL(ctx, source, events, checkpoint); err != nil {
+		return fmt.Errorf("publish DDL to kafka: %w", err)
+	}
+	return nil
+}
+
+// BeginSnapshot implements tidemark.SnapshotBoundary (with control
+// records; a no-op otherwise).
+func (f fanoutWithStates) BeginSnapshot(ctx context.Context, source string, id tidemark.TableID, reason string) error {
+	if f.kafka == nil {
+		return nil
+	}
+	return f.kafka.BeginSnapshot(ctx, source, id, reason)
+}
+
+// EndSnapshot implements tidemark.SnapshotBoundary (with control records;
+// a no-op otherwise).
+func (f fanoutWithStates) EndSnapshot(ctx context.Context, source string, id tidemark.TableID, v tidemark.Version) error {
+	if f.kafka == nil {
+		return nil
+	}
+	return f.kafka.EndSnapshot(ctx, source, id, v)
 }
 
 // Activate implements tidemark.Activator: it activates the fan-out (the

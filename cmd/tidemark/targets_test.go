@@ -98,7 +98,7 @@ func TestWithKafka(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer both.Close()
-	if _, ok := both.(*tidemark.Fanout); !ok {
+	if _, ok := both.(kafkaFanout); !ok {
 		t.Fatalf("both = %T", both)
 	}
 	pos, ok, err := both.Checkpoint(ctx, "main")
