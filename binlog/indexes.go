@@ -57,3 +57,21 @@ var _ tidemark.IndexLister = (*Reader)(nil)
 func (r *Reader) Indexes(ctx context.Context, id tidemark.TableID) ([]tidemark.Index, error) {
 	return r.t.readIndexes(ctx, id)
 }
+
+// uniqueColumns returns the (lower-cased) names of the columns that are
+// part of a unique index.
+func uniqueColumns(idx []tidemark.Index) map[string]bool {
+	var out map[string]bool
+	for _, ix := range idx {
+		if !ix.Unique {
+			continue
+		}
+		for _, c := range ix.Columns {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[strings.ToLower(c.Name)] = true
+		}
+	}
+	return out
+}

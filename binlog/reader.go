@@ -378,10 +378,16 @@ func (r *Reader) table(ctx context.Context, id tidemark.TableID) (*readTable, er
 	if err != nil {
 		return nil, err
 	}
+	idx, err := r.t.readIndexes(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	uniq := uniqueColumns(idx)
 	rt = &readTable{table: tbl}
 	keys := tbl.KeyNames()
 	for _, col := range tbl.Columns {
-		env := &valueEnv{table: id, column: col.Name, zone: r.t.cfg.zoneFor(id, col.Name), zeroDates: r.t.cfg.ZeroDates, stats: &r.t.stats, key: slices.Contains(keys, col.Name)}
+		env := &valueEnv{table: id, column: col.Name, zone: r.t.cfg.zoneFor(id, col.Name), zeroDates: r.t.cfg.ZeroDates, stats: &r.t.stats,
+			injective: injective(slices.Contains(keys, col.Name), uniq[strings.ToLower(col.Name)])}
 		sel := tidemark.QuoteMySQL(col.Name)
 		conv := env.convFor(col.Kind)
 		switch col.Kind {

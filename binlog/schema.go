@@ -90,8 +90,9 @@ func tableMapKey(tm *replication.TableMapEvent) string {
 
 // buildTable turns a table-map event into a tableInfo. jsonCols names the
 // columns the source declares JSON (MariaDB's LONGTEXT + json_valid check,
-// which the binlog cannot tell from LONGTEXT).
-func (t *Tailer) buildTable(tm *replication.TableMapEvent, jsonCols map[string]bool) (*tableInfo, error) {
+// which the binlog cannot tell from LONGTEXT); uniqueCols the columns of
+// its unique indexes (lower case).
+func (t *Tailer) buildTable(tm *replication.TableMapEvent, jsonCols, uniqueCols map[string]bool) (*tableInfo, error) {
 	id := tidemark.TableID{Database: string(tm.Schema), Name: string(tm.Table)}
 	if !t.cfg.included(id.Database, id.Name) {
 		return &tableInfo{skip: true}, nil
@@ -167,7 +168,7 @@ func (t *Tailer) buildTable(tm *replication.TableMapEvent, jsonCols map[string]b
 		if err := tidemark.CheckIdentifier("column of "+id.String(), name); err != nil {
 			return nil, fmt.Errorf("decode table map of %s: %w", id, err)
 		}
-		env := &valueEnv{table: id, column: name, zone: t.cfg.zoneFor(id, name), zeroDates: t.cfg.ZeroDates, stats: &t.stats, key: keyNames[strings.ToLower(name)]}
+		env := &valueEnv{table: id, column: name, zone: t.cfg.zoneFor(id, name), zeroDates: t.cfg.ZeroDates, stats: &t.stats, injective: injective(keyNames[strings.ToLower(name)], uniqueCols[strings.ToLower(name)])}
 		col := tidemark.Column{Name: name, Nullable: true}
 		if avail, nullable := tm.Nullable(i); avail {
 			col.Nullable = nullable

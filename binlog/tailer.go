@@ -162,8 +162,11 @@ func (t *Tailer) tableFor(ctx context.Context, tm *replication.TableMapEvent) (*
 		return ti, nil
 	}
 	var jc map[string]bool
+	var idx []tidemark.Index
 	if t.cfg.included(id.Database, id.Name) {
-		// A new layout of a table: re-read its JSON columns.
+		// A new layout of a table: re-read its JSON columns and its
+		// secondary indexes (for a sink that mirrors them, and for the
+		// unique columns' DST gap check, convDateTime).
 		delete(t.jsonCols, id)
 		var err error
 		if jc, err = t.jsonColumns(ctx, id); err != nil {
@@ -172,14 +175,12 @@ func (t *Tailer) tableFor(ctx context.Context, tm *replication.TableMapEvent) (*
 		if err := t.loadCharsets(ctx); err != nil {
 			return nil, err
 		}
-	}
-	ti, err := t.buildTable(tm, jc)
-	if err == nil && ti.table != nil {
-		// The secondary indexes, for a sink that mirrors them.
-		idx, ierr := t.readIndexes(ctx, id)
-		if ierr != nil {
-			return nil, ierr
+		if idx, err = t.readIndexes(ctx, id); err != nil {
+			return nil, err
 		}
+	}
+	ti, err := t.buildTable(tm, jc, uniqueColumns(idx))
+	if err == nil && ti.table != nil {
 		ti.table.Indexes, ti.table.IndexesKnown = idx, true
 	}
 	if err != nil {

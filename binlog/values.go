@@ -37,9 +37,21 @@ type valueEnv struct {
 	zone      tidemark.ZonePolicy
 	zeroDates string
 	stats     *Stats
-	// key is set for a business key column: a DATETIME in a DST gap is
-	// refused whatever the gap policy (convDateTime).
-	key bool
+	// injective names why the column's values must stay distinct ("key",
+	// "unique index"; "" for other columns): a DATETIME in a DST gap is
+	// then refused whatever the gap policy (convDateTime).
+	injective string
+}
+
+// injective is valueEnv.injective of a column.
+func injective(key, unique bool) string {
+	switch {
+	case key:
+		return "key"
+	case unique:
+		return "unique index"
+	}
+	return ""
 }
 
 func (e *valueEnv) errf(format string, args ...any) error {
@@ -435,7 +447,7 @@ func (e *valueEnv) convDateTime(v any) (any, error) {
 		return nil, e.errf("want DATETIME, got %T", v)
 	}
 	z := e.zone
-	if e.key {
+	if e.injective != "" {
 		// The gap policies "later" and "earlier" map a local time the
 		// clocks skipped onto the instant of another local time (02:30 and
 		// 03:30 on spring-forward day in New York are both 07:30Z with
@@ -446,9 +458,9 @@ func (e *valueEnv) convDateTime(v any) (any, error) {
 	}
 	t, err := z.ToUTC(wall)
 	if err != nil {
-		if e.key && e.zone.Gap != tidemark.ResolveError && errors.Is(err, tidemark.ErrNonexistentTime) {
-			return nil, e.wrap(fmt.Sprintf("key column value %s is in a DST gap of %s (a local time the clocks skipped): the gap policy %q would map it onto the instant of another local time, "+
-				"so two source keys could become one target row; refused for key columns", wall.Format("2006-01-02 15:04:05.999999"), zoneName(e.zone), e.zone.Gap), err)
+		if e.injective != "" && e.zone.Gap != tidemark.ResolveError && errors.Is(err, tidemark.ErrNonexistentTime) {
+			return nil, e.wrap(fmt.Sprintf("%s column value %s is in a DST gap of %s (a local time the clocks skipped): the gap policy %q would map it onto the instant of another local time, "+
+				"so two distinct source values could become one; refused for key and unique columns", e.injective, wall.Format("2006-01-02 15:04:05.999999"), zoneName(e.zone), e.zone.Gap), err)
 		}
 		return nil, e.wrap("normalize DATETIME to UTC", err)
 	}
