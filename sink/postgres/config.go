@@ -103,11 +103,11 @@ func (c Config) validate() error {
 		return fmt.Errorf("postgres sink config: checkpoints: required")
 	}
 	if c.TargetSchema != "" {
-		if err := tidemark.CheckIdentifier("schema", c.TargetSchema); err != nil {
+		if err := checkName("schema", c.TargetSchema); err != nil {
 			return fmt.Errorf("postgres sink config: target_schema: %w", err)
 		}
 	}
-	if err := tidemark.CheckIdentifier("schema", c.ControlSchema); err != nil {
+	if err := checkName("schema", c.ControlSchema); err != nil {
 		return fmt.Errorf("postgres sink config: control_schema: %w", err)
 	}
 	switch c.DeleteMode {

@@ -710,6 +710,7 @@ func TestConfigErrors(t *testing.T) {
 		{"no checkpoints", Config{DSN: "postgres://localhost/x"}, "postgres sink config: checkpoints: required"},
 		{"delete mode", Config{DSN: "postgres://localhost/x", Checkpoints: store, DeleteMode: "x"}, `postgres sink config: delete_mode: must be "hard" or "soft", got "x"`},
 		{"target schema", Config{DSN: "postgres://localhost/x", Checkpoints: store, TargetSchema: `a"b`}, "postgres sink config: target_schema: invalid identifier"},
+		{"target schema above 63 bytes", Config{DSN: "postgres://localhost/x", Checkpoints: store, TargetSchema: strings.Repeat("ж", 32)}, "postgres sink config: target_schema: invalid identifier: schema \"" + strings.Repeat("ж", 32) + "\" is 64 bytes"},
 		{"max conns", Config{DSN: "postgres://localhost/x", Checkpoints: store, MaxConns: -1}, "postgres sink config: max_conns"},
 		{"unparseable dsn", Config{DSN: "postgres://user:hunter2-secret@host:notaport/db", Checkpoints: store}, "postgres sink config: dsn: cannot parse"},
 	}

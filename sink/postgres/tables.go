@@ -92,7 +92,7 @@ func checkName(what, name string) error {
 		return err
 	}
 	if len(name) > pgNameMax {
-		return fmt.Errorf("%w: %s %q is %d bytes; PostgreSQL keeps only the first %d bytes of a name (two long names could become one): rename it at the source, or exclude it", tidemark.ErrInvalidIdentifier, what, name, len(name), pgNameMax)
+		return fmt.Errorf("%w: %s %q is %d bytes; PostgreSQL keeps only the first %d bytes of a name (two long names could become one): use a shorter name", tidemark.ErrInvalidIdentifier, what, name, len(name), pgNameMax)
 	}
 	return nil
 }
