@@ -182,3 +182,33 @@ func (s MySQLGTIDSet) String() string {
 	}
 	return b.String()
 }
+
+// Subtract returns the transactions of s that are not in o.
+func (s MySQLGTIDSet) Subtract(o MySQLGTIDSet) MySQLGTIDSet {
+	out := MySQLGTIDSet{}
+	for src, ivs := range s {
+		for _, iv := range ivs {
+			rest := []GTIDInterval{iv}
+			for _, h := range o[src] {
+				var next []GTIDInterval
+				for _, r := range rest {
+					if h.End < r.Start || h.Start > r.End {
+						next = append(next, r)
+						continue
+					}
+					if h.Start > r.Start {
+						next = append(next, GTIDInterval{r.Start, h.Start - 1})
+					}
+					if h.End < r.End {
+						next = append(next, GTIDInterval{h.End + 1, r.End})
+					}
+				}
+				rest = next
+			}
+			for _, r := range rest {
+				out.Add(src, r)
+			}
+		}
+	}
+	return out
+}

@@ -111,3 +111,17 @@ func TestKeyOfDistinguishesValues(t *testing.T) {
 		t.Fatal("equal rows encode differently")
 	}
 }
+
+func TestMySQLGTIDSetSubtract(t *testing.T) {
+	a, _ := tidemark.ParseMySQLGTIDSet("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-10:20-30,7c9a4b21-0d3e-11ef-8a51-0242ac120002:1-3")
+	b, _ := tidemark.ParseMySQLGTIDSet("3e11fa47-71ca-11e1-9e33-c80aa9429562:3-5:10-25")
+	if got, want := a.Subtract(b).String(), "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-2:6-9:26-30,7c9a4b21-0d3e-11ef-8a51-0242ac120002:1-3"; got != want {
+		t.Fatalf("Subtract = %s, want %s", got, want)
+	}
+	if got := b.Subtract(a).String(); got != "3e11fa47-71ca-11e1-9e33-c80aa9429562:11-19" {
+		t.Fatalf("b − a = %q, want …:11-19", got)
+	}
+	if got := a.Subtract(a).String(); got != "" {
+		t.Fatalf("a − a = %q, want empty", got)
+	}
+}

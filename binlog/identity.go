@@ -29,9 +29,71 @@ type serverState struct {
 	// lastFile is the newest binlog file, files all of them.
 	lastFile string
 	files    map[string]bool
+	fileList []string // in order
+	// errant are transactions of a new MySQL primary that it executed
+	// before it had the checkpoint's (placeErrant); empty when none.
+	errant string
 	// legacyElsewhere says why a checkpoint without an identity cannot be
 	// this server's (placeLegacy); empty when it can.
 	legacyElsewhere string
+}
+
+// inspect reads what resolve needs to know about the stored checkpoint on
+// this server beyond its state: placeLegacy and placeErrant.
+func (t *Tailer) inspect(ctx context.Context, stored tidemark.Position, st *serverState) error {
+	if err := t.placeLegacy(ctx, stored, st); err != nil {
+		return err
+	}
+	return t.placeErrant(ctx, stored, st)
+}
+
+// placeErrant looks, when a MySQL checkpoint of another server is to be
+// followed by GTID (rule 4), for errant transactions on the new primary
+// (review finding 13): transactions it executed before it had all of the
+// checkpoint's — a local change on the replica, later overwritten by the
+// old primary's changes that tidemark applied. MySQL's auto-positioning
+// sends them (they are not in the checkpoint's set), and in the new epoch
+// they would win over the newer rows. A transaction is known to come
+// before the checkpoint's when it is in a binlog file's Previous_gtids
+// that does not hold the whole checkpoint: the Previous_gtids of the last
+// such file, less the checkpoint, are errant. (Transactions in the very
+// file where the checkpoint's last transaction arrived cannot be placed
+// this way; they are taken as the new primary's.)
+func (t *Tailer) placeErrant(ctx context.Context, stored tidemark.Position, st *serverState) error {
+	if t.cfg.Flavor != FlavorMySQL || stored.GTID == "" || stored.Source.IsZero() || stored.Source == st.id {
+		return nil
+	}
+	want, err := tidemark.ParseMySQLGTIDSet(stored.GTID)
+	if err != nil {
+		return nil // resolve refuses it
+	}
+	var lacking tidemark.MySQLGTIDSet
+	for _, f := range st.fileList {
+		r, err := t.query(ctx, "SHOW BINLOG EVENTS IN '"+strings.ReplaceAll(f, "'", "''")+"' LIMIT 2")
+		if err != nil {
+			return fmt.Errorf("read the Previous_gtids of %s on source %s: %w", f, t.cfg.Name, err)
+		}
+		var prev tidemark.MySQLGTIDSet
+		for i := 0; i < r.RowNumber(); i++ {
+			if typ, _ := r.GetString(i, 2); strings.EqualFold(typ, "Previous_gtids") {
+				info, _ := r.GetString(i, 5)
+				if prev, err = tidemark.ParseMySQLGTIDSet(info); err != nil {
+					return fmt.Errorf("read the Previous_gtids of %s on source %s: %w", f, t.cfg.Name, err)
+				}
+			}
+		}
+		if prev == nil {
+			continue
+		}
+		if prev.ContainsSet(want) {
+			break
+		}
+		lacking = prev
+	}
+	if e := lacking.Subtract(want); len(e) > 0 {
+		st.errant = e.String()
+	}
+	return nil
 }
 
 // placeLegacy checks a checkpoint written before identities were stored
@@ -109,6 +171,7 @@ func (t *Tailer) readServer(ctx context.Context) (serverState, error) {
 	for i := 0; i < r.RowNumber(); i++ {
 		name, _ := r.GetString(i, 0)
 		st.files[name] = true
+		st.fileList = append(st.fileList, name)
 		st.lastFile = name
 	}
 	if st.id.Basename == "" && st.lastFile != "" {
@@ -195,7 +258,7 @@ func (t *Tailer) Resolve(ctx context.Context, stored tidemark.Position) (Resolut
 	if err != nil {
 		return Resolution{}, err
 	}
-	if err := t.placeLegacy(ctx, stored, &st); err != nil {
+	if err := t.inspect(ctx, stored, &st); err != nil {
 		return Resolution{}, err
 	}
 	return t.resolve(stored, st)
@@ -210,7 +273,7 @@ func (t *Tailer) Accept(ctx context.Context, stored tidemark.Position) (tidemark
 	if err != nil {
 		return tidemark.SourceIdentity{}, 0, err
 	}
-	if err := t.placeLegacy(ctx, stored, &st); err != nil {
+	if err := t.inspect(ctx, stored, &st); err != nil {
 		return tidemark.SourceIdentity{}, 0, err
 	}
 	epoch := stored.Epoch
@@ -378,6 +441,10 @@ func (t *Tailer) resolveRules(stored tidemark.Position, st serverState) (Resolut
 	}
 	if behind {
 		return refuse(fmt.Sprintf("the new server lacks transactions tidemark already applied (%s): it lagged behind the old primary, and the target holds changes the new primary does not have", why),
+			catchUpTodo)
+	}
+	if st.errant != "" {
+		return refuse(fmt.Sprintf("the new server executed transactions before it had the checkpoint's (%s: errant transactions, e.g. a local change on the replica before its promotion): following by GTID would replay them in a new epoch, over the newer rows", st.errant),
 			catchUpTodo)
 	}
 	// Rule 4: resume by GTID; the old server's file/offset are dropped.

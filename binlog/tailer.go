@@ -265,7 +265,7 @@ func (t *Tailer) streamOnce(ctx context.Context, pos *tidemark.Position, out cha
 	if err := t.checkDomains(st); err != nil {
 		return false, err
 	}
-	if err := t.placeLegacy(ctx, *pos, &st); err != nil {
+	if err := t.inspect(ctx, *pos, &st); err != nil {
 		return false, err
 	}
 	res, err := t.resolve(*pos, st)

@@ -65,9 +65,11 @@ func TestMySQLFailoverResumesByGTIDSet(t *testing.T) {
 	addr := a.Addr()
 	a.Close()
 	b := startPrimary(t, mysqlprimary.Config{Version: "8.4.3", ServerUUID: uuidB, ServerID: 2, Basename: "mysql-bin", Addr: addr})
-	b.Commit(mysqlprimary.Txn{GTID: uuidB + ":1", DB: "shop"}) // B's own first transaction, empty
-	b.Rotate()
+	// (B's own transactions come after A's: one from before, an errant
+	// transaction, is refused, TestMySQLFailoverRefusesErrantGTIDs.)
 	commitN(t, b, []string{uuidA + ":1", uuidA + ":2", uuidA + ":3"}, 1) // replicated from A
+	b.Rotate()
+	b.Commit(mysqlprimary.Txn{GTID: uuidB + ":1", DB: "shop"}) // B's own first transaction, empty
 	commitN(t, b, []string{"2", "3"}, 10)
 	tl = newTailer(t, b, nil)
 	changes, pos, err := stream(t, tl, pos[2], 3)
@@ -185,5 +187,37 @@ func TestMySQLRotation(t *testing.T) {
 	eqIDs(t, changes, 3)
 	if pos[0].GTID != uuidA+":1-3" || pos[0].File != "binlog.000003" {
 		t.Fatalf("resumed position %v, want %s:1-3 in binlog.000003", pos[0], uuidA)
+	}
+}
+
+// TestMySQLFailoverRefusesErrantGTIDs is review finding 13: replica B once
+// ran a local row change (B:1, an errant transaction) before it applied
+// A's transactions, which tidemark streamed. B is promoted; resuming by
+// GTID set, MySQL sends every transaction not in the checkpoint, B:1
+// included, and in the new epoch its old row image would win over the
+// newer rows from A. B's binlog shows B:1 was written before B had the
+// checkpoint's transactions (a later file's Previous_gtids holds B:1 but
+// not all of the checkpoint): tidemark stops and names `tidemark catchup`.
+func TestMySQLFailoverRefusesErrantGTIDs(t *testing.T) {
+	a := startPrimary(t, mysqlprimary.Config{ServerUUID: uuidA})
+	commitN(t, a, []string{"1", "2", "3"}, 1)
+	tl := newTailer(t, a, nil)
+	_, pos, _ := stream(t, tl, tidemark.Position{}, 3)
+	addr := a.Addr()
+	a.Close()
+	b := startPrimary(t, mysqlprimary.Config{Version: "8.4.3", ServerUUID: uuidB, ServerID: 2, Basename: "mysql-bin", Addr: addr})
+	commitN(t, b, []string{uuidB + ":1"}, 1) // the errant local change of row 1
+	b.Rotate()
+	commitN(t, b, []string{uuidA + ":1", uuidA + ":2", uuidA + ":3"}, 1) // replicated from A
+	commitN(t, b, []string{"2"}, 10)                                     // after the promotion
+	tl = newTailer(t, b, func(c *binlog.Config) { c.Backoff.Attempts = 1 })
+	changes, _, err := stream(t, tl, pos[2], 2)
+	if !errors.Is(err, tidemark.ErrSourceChanged) {
+		t.Fatalf("resume on a new primary with an errant GTID: %d changes (ids %v), err %v; want ErrSourceChanged", len(changes), ids(changes), err)
+	}
+	for _, want := range []string{uuidB + ":1", "tidemark catchup"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q: %v", want, err)
+		}
 	}
 }

@@ -112,6 +112,7 @@ func format(version string, checksum bool) vtmysql.BinlogFormat {
 // file is one binlog file: its events in order, each at its offset.
 type file struct {
 	name   string
+	prev   string // its PREVIOUS_GTIDS_LOG_EVENT's set
 	events []event
 	size   uint32 // offset after the last event
 }

@@ -254,6 +254,8 @@ func (p *Primary) append(w *writer) {
 	p.changed = make(chan struct{})
 }
 
+var binlogEventsRE = regexp.MustCompile(`^show binlog events in '([^']+)' limit 2$`)
+
 // rotateLocked ends the current file with a ROTATE_EVENT and starts the
 // next one with a FORMAT_DESCRIPTION_EVENT and PREVIOUS_GTIDS_LOG_EVENT.
 func (p *Primary) rotateLocked() {
@@ -263,7 +265,7 @@ func (p *Primary) rotateLocked() {
 		w.addBuilt(func() vtmysql.BinlogEvent { return vtmysql.NewRotateEvent(w.f, w.s, 4, name) })
 		p.append(w)
 	}
-	p.files = append(p.files, &file{name: name, size: 4})
+	p.files = append(p.files, &file{name: name, size: 4, prev: p.executed.String()})
 	w := p.newWriter("")
 	w.addBuilt(func() vtmysql.BinlogEvent { return vtmysql.NewFormatDescriptionEvent(w.f, w.s) })
 	w.add(evPreviousGTIDs, 0, previousGTIDsBody(p.executed))
@@ -602,6 +604,19 @@ func (h *handler) answer(q string) (*sqltypes.Result, error) {
 			}
 		}
 		return nil, sqlerror.NewSQLErrorf(sqlerror.ERNoSuchThread, sqlerror.SSUnknownSQLState, "Unknown thread id: %d", id)
+	case binlogEventsRE.MatchString(q):
+		// The first two events of a file (the tailer reads the
+		// Previous_gtids of the new primary's files after a failover).
+		name := binlogEventsRE.FindStringSubmatch(q)[1]
+		for _, f := range p.files[p.purged:] {
+			if f.name == name {
+				cols := []string{"Log_name", "Pos", "Event_type", "Server_id", "End_log_pos", "Info"}
+				return textResult(cols,
+					[]any{f.name, 4, "Format_desc", p.cfg.ServerID, 126, "Server ver: " + p.cfg.Version + ", Binlog ver: 4"},
+					[]any{f.name, 126, "Previous_gtids", p.cfg.ServerID, 197, f.prev}), nil
+			}
+		}
+		return nil, sqlerror.NewSQLErrorf(sqlerror.ERMasterFatalReadingBinlog, sqlerror.SSUnknownSQLState, "Error when executing command SHOW BINLOG EVENTS: Could not find target log")
 	case q == "show binary logs":
 		var rows [][]any
 		for _, f := range p.files[p.purged:] {
