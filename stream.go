@@ -30,6 +30,13 @@ type StreamOffset struct {
 	// deleted and created again under its name has another id, and its
 	// offsets are not the stored ones. Empty when unknown.
 	TopicID string
+	// Floor is the newest version of a streamed change (not a snapshot
+	// row) applied from the partition. Changes are published in source
+	// order and a snapshot's rows before the stream they precede, so every
+	// change of the partition older than Floor is applied: a hard-delete
+	// tombstone older than every partition's Floor guards nothing any more
+	// (TombstonePruner). Zero: none yet.
+	Floor Version
 	// Epoch is the leader epoch of the record before Next (-1: unknown):
 	// an applier resumes with it so that a log truncated below Next (an
 	// unclean leader election) is detected.
@@ -100,6 +107,15 @@ type StreamTarget interface {
 	// rows yet is removed early and written again by them (a brief
 	// regression that converges).
 	RemoveBefore(ctx context.Context, table TableID, v Version) (int64, error)
+}
+
+// TombstonePruner is implemented by a StreamTarget that keeps hard-delete
+// tombstones: PruneTombstones removes those of table older than below
+// (the smallest StreamOffset.Floor over every partition of the table's
+// topic), which no change still to be applied can be older than. It returns
+// how many it removed.
+type TombstonePruner interface {
+	PruneTombstones(ctx context.Context, table TableID, below Version) (int64, error)
 }
 
 // SnapshotBoundary is implemented by sinks whose consumers apply a

@@ -154,7 +154,9 @@ CREATE TABLE IF NOT EXISTS %s (
 	PRIMARY KEY (consumer_group, topic, partition)
 );
 ALTER TABLE %s ADD COLUMN IF NOT EXISTS topic_id text NOT NULL DEFAULT '',
-	ADD COLUMN IF NOT EXISTS leader_epoch integer NOT NULL DEFAULT -1;
+	ADD COLUMN IF NOT EXISTS leader_epoch integer NOT NULL DEFAULT -1,
+	ADD COLUMN IF NOT EXISTS floor_seq bigint NOT NULL DEFAULT 0,
+	ADD COLUMN IF NOT EXISTS floor_idx integer NOT NULL DEFAULT 0;
 CREATE TABLE IF NOT EXISTS %s (
 	source      text PRIMARY KEY,
 	verdict     text NOT NULL,
@@ -215,14 +217,14 @@ ON CONFLICT (source, database, table_name) DO UPDATE SET
 	floor_idx = EXCLUDED.floor_idx, updated_at = now()`
 	s.deleteStateSQL = `DELETE FROM ` + tb + ` WHERE source = $1 AND database = $2 AND table_name = $3`
 	s.deleteWMSQL = `DELETE FROM ` + wm + ` WHERE source = $1 AND database = $2 AND table_name = $3`
-	s.loadOffsetsSQL = `SELECT coalesce(json_agg(json_build_object('p', partition, 'n', next_offset::text, 's', table_schema, 'id', topic_id, 'e', leader_epoch)
+	s.loadOffsetsSQL = `SELECT coalesce(json_agg(json_build_object('p', partition, 'n', next_offset::text, 's', table_schema, 'id', topic_id, 'e', leader_epoch, 'fs', floor_seq::text, 'fi', floor_idx)
 	ORDER BY partition), '[]')::text FROM ` + so + ` WHERE consumer_group = $1 AND topic = $2`
 	// Compare-and-set: RETURNING gives no row when another member got
 	// there first.
-	s.insertOffsetSQL = `INSERT INTO ` + so + ` (consumer_group, topic, partition, next_offset, table_schema, topic_id, leader_epoch, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, now()) ON CONFLICT DO NOTHING RETURNING 1`
-	s.updateOffsetSQL = `UPDATE ` + so + ` SET next_offset = $4, table_schema = $5, topic_id = $6, leader_epoch = $7, updated_at = now()
-WHERE consumer_group = $1 AND topic = $2 AND partition = $3 AND next_offset = $8 RETURNING 1`
+	s.insertOffsetSQL = `INSERT INTO ` + so + ` (consumer_group, topic, partition, next_offset, table_schema, topic_id, leader_epoch, floor_seq, floor_idx, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now()) ON CONFLICT DO NOTHING RETURNING 1`
+	s.updateOffsetSQL = `UPDATE ` + so + ` SET next_offset = $4, table_schema = $5, topic_id = $6, leader_epoch = $7, floor_seq = $8, floor_idx = $9, updated_at = now()
+WHERE consumer_group = $1 AND topic = $2 AND partition = $3 AND next_offset = $10 RETURNING 1`
 	return s, nil
 }
 
@@ -450,17 +452,20 @@ func (s *Store) LoadOffsets(ctx context.Context, q tidemark.Querier, group, topi
 		S  string `json:"s"`
 		ID string `json:"id"`
 		E  int32  `json:"e"`
+		FS string `json:"fs"`
+		FI uint32 `json:"fi"`
 	}
 	if err := json.Unmarshal([]byte(text), &rows); err != nil {
 		return nil, fmt.Errorf("load offsets of group %q, topic %q from %s: %w", group, topic, s.offsetsName, err)
 	}
 	out := make([]tidemark.StreamOffset, 0, len(rows))
 	for _, r := range rows {
+		fs, _ := strconv.ParseUint(r.FS, 10, 64) // bigint ≥ 0; "" from an older row
 		n, err := strconv.ParseInt(r.N, 10, 64)
 		if err != nil || n < 0 {
 			return nil, fmt.Errorf("load offsets of group %q, topic %q from %s: partition %d: bad next_offset %q", group, topic, s.offsetsName, r.P, r.N)
 		}
-		out = append(out, tidemark.StreamOffset{Group: group, Topic: topic, Partition: r.P, Next: n, Prev: n, Schema: r.S, TopicID: r.ID, Epoch: r.E})
+		out = append(out, tidemark.StreamOffset{Group: group, Topic: topic, Partition: r.P, Next: n, Prev: n, Schema: r.S, TopicID: r.ID, Epoch: r.E, Floor: tidemark.Version{Seq: fs, Index: r.FI}})
 	}
 	return out, nil
 }
@@ -474,9 +479,9 @@ func (s *Store) SaveOffset(ctx context.Context, q tidemark.Querier, o tidemark.S
 	var one int
 	var err error
 	if o.Prev < 0 {
-		err = q.QueryRow(ctx, s.insertOffsetSQL, o.Group, o.Topic, o.Partition, o.Next, o.Schema, o.TopicID, o.Epoch).Scan(&one)
+		err = q.QueryRow(ctx, s.insertOffsetSQL, o.Group, o.Topic, o.Partition, o.Next, o.Schema, o.TopicID, o.Epoch, int64(o.Floor.Seq), int32(o.Floor.Index)).Scan(&one)
 	} else {
-		err = q.QueryRow(ctx, s.updateOffsetSQL, o.Group, o.Topic, o.Partition, o.Next, o.Schema, o.TopicID, o.Epoch, o.Prev).Scan(&one)
+		err = q.QueryRow(ctx, s.updateOffsetSQL, o.Group, o.Topic, o.Partition, o.Next, o.Schema, o.TopicID, o.Epoch, int64(o.Floor.Seq), int32(o.Floor.Index), o.Prev).Scan(&one)
 	}
 	if errors.Is(err, tidemark.ErrNoRows) {
 		return fmt.Errorf("%s: expected stored offset %d: %w", what, o.Prev, tidemark.ErrOffsetMoved)

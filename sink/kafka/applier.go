@@ -136,9 +136,11 @@ type Applier struct {
 
 	topics Config // TopicPrefix and TopicTemplate: topicName
 
-	mu      sync.Mutex
-	parts   map[topicPartition]*partState
-	schemas map[string]*announcedSchema // by value of the control record: one *Table per schema
+	mu       sync.Mutex
+	counts   map[string]int // partition count of each topic when last assigned
+	prunedAt time.Time      // when tombstones were last pruned
+	parts    map[topicPartition]*partState
+	schemas  map[string]*announcedSchema // by value of the control record: one *Table per schema
 }
 
 type topicPartition struct {
@@ -153,8 +155,11 @@ type partState struct {
 	records int64
 	topicID string // the topic's id, stored with the offset
 	epoch   int32  // leader epoch of the record before next (-1: unknown)
-	schema  *announcedSchema
-	json    string // the schema record's value, stored with the offset
+	// floor is the newest version of a streamed change applied from the
+	// partition (tidemark.StreamOffset.Floor), stored with next.
+	floor  tidemark.Version
+	schema *announcedSchema
+	json   string // the schema record's value, stored with the offset
 	// quarantined is why the partition's table is quarantined ("": it
 	// is not): its rows and control records are skipped, the offsets
 	// advance, until the partition's next snapshot_begin of the table (a
@@ -202,7 +207,7 @@ func NewApplier(cfg ApplierConfig, target tidemark.StreamTarget) (*Applier, erro
 		return nil, cfgErr("topic_template", "%v", err)
 	}
 	a := &Applier{cfg: cfg, target: target, log: cfg.Logger.With("component", "apply", "group", cfg.Group),
-		topics: topics, parts: map[topicPartition]*partState{}, schemas: map[string]*announcedSchema{}}
+		topics: topics, counts: map[string]int{}, parts: map[topicPartition]*partState{}, schemas: map[string]*announcedSchema{}}
 	klog := kgoLogger{l: a.log.With("lib", "franz-go")}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
@@ -316,6 +321,7 @@ func (a *Applier) checkContinuity(ctx context.Context, topic string, parts []int
 		return fmt.Errorf("describe topic %s: %w", topic, errors.Join(d.Err, kerr.UnknownTopicOrPartition))
 	}
 	id := hex.EncodeToString(d.ID[:])
+	a.counts[topic] = len(d.Partitions)
 	starts, err := a.adm.ListStartOffsets(ctx, topic)
 	if err == nil {
 		err = starts.Error()
@@ -382,7 +388,7 @@ func (a *Applier) restore(ctx context.Context, topic string, parts []int32) (map
 		starts[p] = -1
 		if o, ok := byPart[p]; ok {
 			st.prev, st.next, starts[p] = o.Next, o.Next, o.Next
-			st.topicID, st.epoch = o.TopicID, o.Epoch
+			st.topicID, st.epoch, st.floor = o.TopicID, o.Epoch, o.Floor
 			if o.Schema != "" {
 				as, err := a.schema([]byte(o.Schema))
 				if err != nil {
@@ -472,7 +478,10 @@ func (a *Applier) Run(ctx context.Context) error {
 		return fmt.Errorf("apply: %w", err)
 	}
 	for {
-		fs := a.cl.PollRecords(ctx, a.cfg.MaxRecords)
+		// Bounded, so that an idle member still prunes tombstones.
+		pctx, cancel := context.WithTimeout(ctx, pruneEvery)
+		fs := a.cl.PollRecords(pctx, a.cfg.MaxRecords)
+		cancel()
 		if ctx.Err() != nil {
 			a.cl.AllowRebalance()
 			return nil
@@ -483,6 +492,9 @@ func (a *Applier) Run(ctx context.Context) error {
 		var ferr error
 		var gaps []topicPartition
 		fs.EachError(func(topic string, p int32, err error) {
+			if errors.Is(err, context.DeadlineExceeded) && pctx.Err() != nil {
+				return // the bounded poll ended
+			}
 			var loss *kgo.ErrDataLoss
 			if errors.Is(err, kerr.OffsetOutOfRange) || errors.As(err, &loss) {
 				gaps = append(gaps, topicPartition{topic, p})
@@ -508,6 +520,11 @@ func (a *Applier) Run(ctx context.Context) error {
 		})
 		a.mu.Unlock()
 		err := a.apply(ctx, fs.Records())
+		if err == nil {
+			a.mu.Lock()
+			a.pruneTombstones(ctx)
+			a.mu.Unlock()
+		}
 		if errors.Is(err, tidemark.ErrOffsetMoved) {
 			a.log.Warn("another member applied a partition of this batch (this member lost it without noticing); re-reading the stored offsets", "err", err)
 			err = a.reload(ctx)
@@ -566,7 +583,7 @@ func (a *Applier) apply(ctx context.Context, recs []*kgo.Record) error {
 		}
 		for tp, st := range touched {
 			b.Offsets = append(b.Offsets, tidemark.StreamOffset{Group: a.cfg.Group, Topic: tp.topic, Partition: tp.partition,
-				Next: st.next, Schema: st.json, Prev: st.prev, TopicID: st.topicID, Epoch: st.epoch})
+				Next: st.next, Schema: st.json, Prev: st.prev, TopicID: st.topicID, Epoch: st.epoch, Floor: st.floor})
 		}
 		if b.Source == "" {
 			b.Source = "apply:" + a.cfg.Group
@@ -718,8 +735,58 @@ func (a *Applier) apply(ctx context.Context, recs []*kgo.Record) error {
 			b.Source = st.schema.source
 		}
 		b.Changes = append(b.Changes, ch)
+		if ch.Op != tidemark.OpRead && st.floor.Compare(ch.Version) < 0 {
+			st.floor = ch.Version // a snapshot's rows precede older stream rows: not a floor
+		}
 	}
 	return flush()
+}
+
+// pruneEvery is how often an applier prunes the tombstones of its topics'
+// tables.
+const pruneEvery = 10 * time.Second
+
+// pruneTombstones removes, every pruneEvery, the hard-delete tombstones of
+// each table whose topic has a partition assigned to this member that are
+// older than every partition's stored floor: no change still to be applied
+// on any partition of the topic is older than that (StreamOffset.Floor), so
+// they guard nothing. A partition without a stored floor keeps them all. An
+// error is logged and retried next time. Callers hold a.mu.
+func (a *Applier) pruneTombstones(ctx context.Context) {
+	pruner, ok := a.target.(tidemark.TombstonePruner)
+	if !ok || time.Since(a.prunedAt) < pruneEvery {
+		return
+	}
+	a.prunedAt = time.Now()
+	tables := map[string]tidemark.TableID{}
+	for tp, st := range a.parts {
+		if st.schema != nil {
+			tables[tp.topic] = st.schema.table.ID
+		}
+	}
+	for topic, id := range tables {
+		stored, err := a.target.Offsets(ctx, a.cfg.Group, topic)
+		if err != nil || a.counts[topic] == 0 || len(stored) < a.counts[topic] {
+			continue
+		}
+		floor := stored[0].Floor
+		for _, o := range stored[1:] {
+			if o.Floor.Compare(floor) < 0 {
+				floor = o.Floor
+			}
+		}
+		if floor == (tidemark.Version{}) {
+			continue
+		}
+		n, err := pruner.PruneTombstones(ctx, id, floor)
+		if err != nil {
+			a.log.Warn("prune tombstones failed (retried later)", "table", id.String(), "err", err)
+			continue
+		}
+		if n > 0 {
+			a.log.Debug("pruned tombstones older than every partition's floor", "table", id.String(), "floor", floor.String(), "removed", n)
+		}
+	}
 }
 
 // resumeQuarantined handles a control record of partition st while its

@@ -78,16 +78,22 @@ func (s *Sink) initTombstones(ctx context.Context, tx pgx.Tx) error {
 	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", tomb).Scan(&exists); err != nil {
 		return fmt.Errorf("look up %s: %w", tomb, err)
 	}
+	// The guard looks a key up (an applier's batches are always guarded)
+	// and pruning in the apply topology goes by table.
+	index := "CREATE INDEX IF NOT EXISTS tombstones_target_key ON " + tomb + " (target, key)"
 	if exists {
+		if _, err := tx.Exec(ctx, index); err != nil {
+			return fmt.Errorf("index %s: %w", tomb, err)
+		}
 		return nil
 	}
 	for _, q := range []string{
 		"CREATE SCHEMA IF NOT EXISTS " + tidemark.QuotePostgres(s.cfg.ControlSchema),
-		// No index, no primary key: every delete writes a row, the table
-		// holds the deletes of the last two batches only (pruning), and
-		// it is read only by replays, with a hash anti-join. A replayed
-		// delete adds a second row (pruned alike), which is cheaper than
-		// INSERT … ON CONFLICT for every delete.
+		// No primary key: every delete writes a row; a replayed delete
+		// adds a second row (pruned alike), which is cheaper than
+		// INSERT … ON CONFLICT for every delete. The index on (target,
+		// key) serves the guard of the apply topology, where every batch
+		// is guarded, and its pruning by table (PruneTombstones).
 		"CREATE TABLE IF NOT EXISTS " + tomb + ` (
 	target text COLLATE "C" NOT NULL, -- "schema"."table" of the deleted row
 	key text COLLATE "C" NOT NULL,    -- its business key (tombstoneSQL)
@@ -101,12 +107,37 @@ func (s *Sink) initTombstones(ctx context.Context, tx pgx.Tx) error {
 	gen bigint NOT NULL,    -- batches that moved the checkpoint forward
 	newest text NOT NULL    -- the newest checkpoint stored
 )`,
+		index,
 	} {
 		if _, err := tx.Exec(ctx, q); err != nil {
 			return fmt.Errorf("create %s: %w", tomb, err)
 		}
 	}
 	return nil
+}
+
+var _ tidemark.TombstonePruner = (*Sink)(nil)
+
+// PruneTombstones implements tidemark.TombstonePruner (the apply
+// topology, whose batches carry no checkpoint to prune by): it removes
+// table's tombstones older than below.
+func (s *Sink) PruneTombstones(ctx context.Context, table tidemark.TableID, below tidemark.Version) (int64, error) {
+	tomb := s.cfg.tombName()
+	if tomb == "" || below == (tidemark.Version{}) {
+		return 0, nil
+	}
+	_, _, qname, err := s.targetOf(table)
+	if err != nil {
+		return 0, err
+	}
+	if below.Seq > math.MaxInt64 || below.Index > math.MaxInt32 {
+		return 0, fmt.Errorf("prune tombstones of %s: version %s does not fit", table, below)
+	}
+	tag, err := s.pool.Exec(ctx, "DELETE FROM "+tomb+" WHERE target = $1 AND (seq, idx) < ($2, $3)", qname, int64(below.Seq), int32(below.Index))
+	if err != nil {
+		return 0, fmt.Errorf("prune tombstones of %s: %w", table, redact(err, s.secret))
+	}
+	return tag.RowsAffected(), nil
 }
 
 // tombBegin runs at the start of a batch's transaction (hard-delete mode):
