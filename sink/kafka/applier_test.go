@@ -366,3 +366,42 @@ func publishOrders(t *testing.T) (*Sink, *tidemark.Table) {
 	apply(t, s, &tidemark.Batch{Source: "src", Changes: insertsOf(orders, 1, 40, 10), Checkpoint: tidemark.Position{GTID: "0-1-10"}})
 	return s, orders
 }
+
+// TestCheckScope: a control record acts only on its topic's table, of the
+// group's source, at this envelope version; anything else is refused
+// naming the mismatch (the real-broker test is
+// integration/TestApplyRefusesForeignControlRecord).
+func TestCheckScope(t *testing.T) {
+	a, err := NewApplier(ApplierConfig{Brokers: []string{"127.0.0.1:1"}, Group: "g", Topics: `^shop\.`, Source: "shop", TopicPrefix: "shop"}, newFakeTarget())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.cl.Close()
+	orders := tidemark.TableID{Database: "shop", Name: "orders"}
+	items := tidemark.TableID{Database: "shop", Name: "items"}
+	rec := func(topic, version string) *kgo.Record {
+		return &kgo.Record{Topic: topic, Headers: []kgo.RecordHeader{{Key: controlHeader, Value: controlTruncate}, {Key: "schema_version", Value: []byte(version)}}}
+	}
+	announced := &partState{schema: &announcedSchema{table: ordersTable("shop")}}
+	for _, tt := range []struct {
+		name   string
+		r      *kgo.Record
+		st     *partState
+		source string
+		id     tidemark.TableID
+		want   string
+	}{
+		{"ok", rec("shop.shop.orders", EnvelopeVersion), announced, "shop", orders, ""},
+		{"another table's topic", rec("shop.shop.orders", EnvelopeVersion), &partState{}, "shop", items, "the topic of shop.items is shop.shop.items"},
+		{"another source", rec("shop.shop.orders", EnvelopeVersion), &partState{}, "other", orders, `of source "other": the group applies source "shop"`},
+		{"another envelope version", rec("shop.shop.orders", "9"), &partState{}, "shop", orders, `envelope version "9"`},
+		{"not the partition's table", rec("shop.shop.items", EnvelopeVersion), announced, "shop", items, "the partition carries table shop.orders"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := a.checkScope(tt.r, tt.st, "truncate", tt.source, tt.id)
+			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+				t.Fatalf("checkScope = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
