@@ -22,7 +22,6 @@ func TestEpochFloorSurvivesCheckpointReset(t *testing.T) {
 	f := newFixture(t)
 	db := randName("it_efloor_")
 	f.dropLater(t, db, db)
-	t.Cleanup(func() { _, _ = f.pg.Exec(f.ctx, "DELETE FROM tidemark.source_epochs WHERE source = $1", db) })
 	start, err := harness.SourcePosition(f.my)
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +103,6 @@ func TestLegacyCheckpointOfAnotherServer(t *testing.T) {
 	f := newFixture(t)
 	db := randName("it_legacy_")
 	f.dropLater(t, db, db)
-	t.Cleanup(func() { _, _ = f.pg.Exec(f.ctx, "DELETE FROM tidemark.source_epochs WHERE source = $1", db) })
 	start, err := harness.SourcePosition(f.my)
 	if err != nil {
 		t.Fatal(err)

@@ -129,6 +129,7 @@ func (f *fixture) dropLater(t *testing.T, db string, sources ...string) {
 		_, _ = f.pg.Exec(f.ctx, "DROP SCHEMA IF EXISTS "+db+" CASCADE")
 		for _, s := range sources {
 			_, _ = f.pg.Exec(f.ctx, "DELETE FROM tidemark.checkpoints WHERE source = $1", s)
+			_, _ = f.pg.Exec(f.ctx, "DELETE FROM tidemark.source_epochs WHERE source = $1", s)
 		}
 	})
 }
