@@ -241,12 +241,16 @@ func (p *Pipeline) Run(ctx context.Context, from Position) (err error) {
 }
 
 // watchLock checks the source's lock every LockCheckInterval until ctx is
-// done, and cancels it with ErrSourceLockLost when the lock is gone. It
-// closes done when it returns.
+// done, and cancels it with ErrSourceLockLost when another process holds
+// the lock, or when the lock had to be taken again and the checkpoint shows
+// that another process wrote meanwhile. A check that cannot reach the
+// server is repeated (what this pipeline writes cannot commit then
+// either). It closes done when it returns.
 func (p *Pipeline) watchLock(ctx context.Context, c SourceLockChecker, lost context.CancelCauseFunc, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTicker(p.cfg.LockCheckInterval)
 	defer t.Stop()
+	var unknown int // consecutive checks that could not tell
 	for {
 		select {
 		case <-ctx.Done():
@@ -254,15 +258,53 @@ func (p *Pipeline) watchLock(ctx context.Context, c SourceLockChecker, lost cont
 		case <-t.C:
 		}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := c.CheckSourceLock(cctx, p.cfg.Source)
+		retaken, err := c.CheckSourceLock(cctx, p.cfg.Source)
+		if err == nil && retaken {
+			err = p.provenSoleWriter(cctx)
+		}
 		cancel()
-		if err != nil && ctx.Err() == nil {
-			err = fmt.Errorf("%w of %s: %v; stopping, so that a standby that takes the lock is the only writer", ErrSourceLockLost, p.cfg.Source, err)
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case err != nil && errors.Is(err, ErrSourceLockLost):
+			err = fmt.Errorf("%w of %s: %v; stopping, so that the process that holds it is the only writer", ErrSourceLockLost, p.cfg.Source, err)
 			p.cfg.Logger.Error("source lock lost", "source", p.cfg.Source, "err", err)
 			lost(err)
 			return
+		case err != nil:
+			if unknown++; unknown == 1 || unknown%20 == 0 {
+				p.cfg.Logger.Warn("cannot check the source lock; checking again", "source", p.cfg.Source, "checks", unknown, "err", err)
+			}
+		case retaken:
+			unknown = 0
+			p.cfg.Logger.Warn("the source lock's session had ended; took the lock again (no other process wrote meanwhile)", "source", p.cfg.Source)
+		default:
+			unknown = 0
 		}
 	}
+}
+
+// provenSoleWriter is called after the source's lock was taken again: the
+// stored checkpoint must not be past this pipeline's last commit, or
+// another process held the lock meanwhile and wrote (ErrSourceLockLost).
+func (p *Pipeline) provenSoleWriter(ctx context.Context) error {
+	stored, ok, err := p.sink.Checkpoint(ctx, p.cfg.Source)
+	if err != nil {
+		return fmt.Errorf("read checkpoint after taking the lock again: %w", err)
+	}
+	_, last := p.Totals()
+	if !ok || last.IsZero() {
+		if ok {
+			return fmt.Errorf("%w: a checkpoint (%s) was written while this process held no lock and had committed none", ErrSourceLockLost, stored)
+		}
+		return nil
+	}
+	c, err := stored.Compare(last)
+	if err != nil || c > 0 {
+		return fmt.Errorf("%w: the stored checkpoint %s is past this process's last commit %s: another process wrote while the lock was free", ErrSourceLockLost, stored, last)
+	}
+	return nil
 }
 
 // lockSource takes the source's lock, waiting while another process holds

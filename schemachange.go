@@ -240,13 +240,20 @@ type SourceLocker interface {
 // SourceLockChecker is implemented by a SourceLocker whose lock can end
 // while it is held: a session lock ends with its session, which the server
 // may end on its own (idle_session_timeout, pg_terminate_backend, a
-// failover, a pooler). CheckSourceLock returns an error when the lock
-// TryLockSource took for source is no longer held. Pipeline.Run checks it
-// every PipelineConfig.LockCheckInterval and stops on loss with
-// ErrSourceLockLost: a standby may have taken the lock, and two writers of
-// one source are not safe.
+// restart, a failover, a pooler). Pipeline.Run calls CheckSourceLock every
+// PipelineConfig.LockCheckInterval:
+//
+//   - nil, false: the lock TryLockSource took for source is still held;
+//   - nil, true: its session had ended and the lock was free, so it was
+//     taken again on a new session (Run then proves from the checkpoint
+//     that no other process wrote meanwhile, or stops);
+//   - an error wrapping ErrSourceLockLost: another session holds the lock
+//     (a standby took it): Run stops, since two writers of one source are
+//     not safe;
+//   - any other error: the lock could not be checked (the server does not
+//     answer); Run keeps checking, and nothing it writes commits meanwhile.
 type SourceLockChecker interface {
-	CheckSourceLock(ctx context.Context, source string) error
+	CheckSourceLock(ctx context.Context, source string) (retaken bool, err error)
 }
 
 // ErrSourceLockLost is returned (wrapped) by Pipeline.Run when its source's

@@ -15,9 +15,12 @@ import (
 // TestDaemonStopsOnLostSourceLock: the active daemon's source lock (a
 // session-level advisory lock in PostgreSQL) ends while the daemon runs —
 // here pg_terminate_backend of the lock's session, as idle_session_timeout,
-// a pooler or a PostgreSQL failover would end it. The daemon must notice
-// within seconds and stop with an error naming the lost lock, so that the
-// standby that takes the lock is the only writer (review finding 12).
+// a pooler or a PostgreSQL failover would end it — and another session
+// takes it. The daemon must notice within seconds and stop with an error
+// naming the lost lock, so that the standby that takes the lock is the only
+// writer (review finding 12). A lock that is still free is taken again by
+// the active daemon (TestSourceLockRetaken, and the PostgreSQL restarts of
+// TestF3…).
 func TestDaemonStopsOnLostSourceLock(t *testing.T) {
 	f := newFixture(t)
 	db := randName("it_lock_")
@@ -55,9 +58,16 @@ func TestDaemonStopsOnLostSourceLock(t *testing.T) {
 	h.Write([]byte(db))
 	key := int64(h.Sum32()) // objid of pg_try_advisory_lock(0x746d, key), an oid
 	var killed bool
-	if err := f.pg.QueryRow(f.ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
+	if err := f.pg.QueryRow(f.ctx, `SELECT pg_terminate_backend(pid, 5000) FROM pg_locks
 WHERE locktype = 'advisory' AND classid = 29805 AND objid::bigint = $1 AND objsubid = 2 AND granted`, key).Scan(&killed); err != nil || !killed {
 		t.Fatalf("terminate the lock's session: %v (%v)", err, killed)
+	}
+	// Another session takes the lock at once (this test's, unless the
+	// standby was quicker): the active daemon, which would take the lock
+	// again if it were free (a PostgreSQL restart: TestF3…), finds it held.
+	var mine bool
+	if err := f.pg.QueryRow(f.ctx, "SELECT pg_try_advisory_lock(29805, $1::bigint::bit(32)::int4)", key).Scan(&mine); err != nil {
+		t.Fatalf("take the lock: %v", err)
 	}
 	if !waitFor(30*time.Second, func() bool { return active.exited() }) {
 		both := strings.Contains(standby.stderr.String(), "starting pipeline")
@@ -67,6 +77,11 @@ WHERE locktype = 'advisory' AND classid = 29805 AND objid::bigint = $1 AND objsu
 	if out := active.stderr.String(); !strings.Contains(out, "lost the source lock") {
 		t.Errorf("the active daemon stopped without naming the lost lock:\n%s", tail(out, 8))
 	}
+	if mine {
+		if _, err := f.pg.Exec(f.ctx, "SELECT pg_advisory_unlock(29805, $1::bigint::bit(32)::int4)", key); err != nil {
+			t.Fatalf("release the lock: %v", err)
+		}
+	}
 	if !waitFor(30*time.Second, func() bool { return strings.Contains(standby.stderr.String(), "starting pipeline") }) {
 		t.Fatalf("the standby did not take over:\n%s", tail(standby.stderr.String(), 10))
 	}
@@ -74,5 +89,48 @@ WHERE locktype = 'advisory' AND classid = 29805 AND objid::bigint = $1 AND objsu
 		t.Fatal(err)
 	}
 	f.waitCaughtUp(t, db, standby)
+	f.compare(t, harness.TableSpec{Database: db, Table: "orders", SourceZone: "UTC"})
+}
+
+// TestSourceLockRetaken: the lock's session ends (pg_terminate_backend,
+// as a pooler or idle_session_timeout would end it) and nobody else takes
+// the lock. The daemon takes it again on a new session, after proving from
+// the checkpoint that nobody wrote meanwhile, and keeps streaming; target
+// equals source.
+func TestSourceLockRetaken(t *testing.T) {
+	f := newFixture(t)
+	db := randName("it_relock_")
+	f.dropLater(t, db, db)
+	start := f.binlogStart(t)
+	w := &harness.Workload{My: f.my, Database: db, Zone: "UTC", Rand: rand.New(rand.NewPCG(107, 108)), BigTxRows: 20}
+	if err := w.Setup(); err != nil {
+		t.Fatal(err)
+	}
+	d := f.startDaemon(t, f.configYAML(t, db, db, db, "UTC", start))
+	defer d.kill()
+	if err := w.Run(20); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCaughtUp(t, db, d)
+	h := fnv.New32a()
+	h.Write([]byte(db))
+	key := int64(h.Sum32())
+	var killed bool
+	if err := f.pg.QueryRow(f.ctx, `SELECT pg_terminate_backend(pid, 5000) FROM pg_locks
+WHERE locktype = 'advisory' AND classid = 29805 AND objid::bigint = $1 AND objsubid = 2 AND granted`, key).Scan(&killed); err != nil || !killed {
+		t.Fatalf("terminate the lock's session: %v (%v)", err, killed)
+	}
+	if !waitFor(30*time.Second, func() bool { return strings.Contains(d.stderr.String(), "took the lock again") || d.exited() }) || d.exited() {
+		t.Fatalf("the daemon did not take its free lock again:\n%s", tail(d.stderr.String(), 10))
+	}
+	var held bool
+	if err := f.pg.QueryRow(f.ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
+WHERE locktype = 'advisory' AND classid = 29805 AND objid::bigint = $1 AND objsubid = 2 AND granted)`, key).Scan(&held); err != nil || !held {
+		t.Fatalf("the lock is not held after the daemon took it again: %v (%v)", err, held)
+	}
+	if err := w.Run(20); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCaughtUp(t, db, d)
 	f.compare(t, harness.TableSpec{Database: db, Table: "orders", SourceZone: "UTC"})
 }

@@ -327,11 +327,11 @@ func (t tailerTarget) TryLockSource(ctx context.Context, source string) (func(),
 
 // CheckSourceLock implements tidemark.SourceLockChecker with the state
 // target's lock.
-func (t tailerTarget) CheckSourceLock(ctx context.Context, source string) error {
+func (t tailerTarget) CheckSourceLock(ctx context.Context, source string) (bool, error) {
 	if c, ok := t.lock.(tidemark.SourceLockChecker); ok {
 		return c.CheckSourceLock(ctx, source)
 	}
-	return nil
+	return false, nil
 }
 
 // Activate implements tidemark.Activator.
@@ -421,11 +421,11 @@ func (f fanoutWithStates) Activate(ctx context.Context) error {
 
 // CheckSourceLock implements tidemark.SourceLockChecker with the state
 // target's lock.
-func (f fanoutWithStates) CheckSourceLock(ctx context.Context, source string) error {
+func (f fanoutWithStates) CheckSourceLock(ctx context.Context, source string) (bool, error) {
 	if c, ok := f.SourceLocker.(tidemark.SourceLockChecker); ok {
 		return c.CheckSourceLock(ctx, source)
 	}
-	return nil
+	return false, nil
 }
 
 // Watermark implements tidemark.WatermarkStore: the oldest of the sinks'.
