@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"tidemark"
 )
@@ -36,12 +39,19 @@ type serverState struct {
 	// legacyElsewhere says why a checkpoint without an identity cannot be
 	// this server's (placeLegacy); empty when it can.
 	legacyElsewhere string
+	// notAtCheckpoint says why the binlog at the checkpoint's file and
+	// offset is not what the checkpoint saw there (MySQL, see
+	// checkAtCheckpoint); "" when it is, or cannot be told.
+	notAtCheckpoint string
 }
 
 // inspect reads what resolve needs to know about the stored checkpoint on
 // this server beyond its state: placeLegacy and placeErrant.
 func (t *Tailer) inspect(ctx context.Context, stored tidemark.Position, st *serverState) error {
 	if err := t.placeLegacy(ctx, stored, st); err != nil {
+		return err
+	}
+	if err := t.checkAtCheckpoint(ctx, stored, st); err != nil {
 		return err
 	}
 	return t.placeErrant(ctx, stored, st)
@@ -127,6 +137,77 @@ func (t *Tailer) placeLegacy(ctx context.Context, stored tidemark.Position, st *
 	}
 	return nil
 }
+
+// checkAtCheckpoint looks at the event at a MySQL checkpoint's file and
+// offset on the checkpoint's own server: it must start there (a boundary)
+// and, when it is a transaction, be one the checkpoint's GTID set does not
+// hold yet — after the set's last transaction of this server, the next one
+// it wrote. RESET BINARY LOGS AND GTIDS (RESET MASTER) restarts the binlog
+// and the GTID numbers: once the server has written as many transactions
+// again, its gtid_executed covers the checkpoint's set, and only the binlog
+// itself tells that they are other transactions. The answer is recorded in
+// st (behind reads it); a server that cannot show the event (purged file,
+// no privilege) is not judged here.
+func (t *Tailer) checkAtCheckpoint(ctx context.Context, stored tidemark.Position, st *serverState) error {
+	if t.cfg.Flavor != FlavorMySQL || stored.GTID == "" || stored.File == "" || stored.Offset == 0 {
+		return nil
+	}
+	if !stored.Source.IsZero() && (stored.Source.Server != st.id.Server || stored.Source.Basename != st.id.Basename) {
+		return nil // another server: its file/offset mean nothing here
+	}
+	set, err := tidemark.ParseMySQLGTIDSet(stored.GTID)
+	if err != nil {
+		return nil
+	}
+	r, err := t.query(ctx, "SHOW BINLOG EVENTS IN '"+strings.ReplaceAll(stored.File, "'", "")+"' FROM "+strconv.FormatUint(stored.Offset, 10)+" LIMIT 1")
+	if err != nil {
+		var me *mysql.MyError
+		// "Wrong offset or I/O error" (8.0), "Error reading Log_event at
+		// position …: Failed decoding event" (9.x); not a missing file.
+		if errors.As(err, &me) && me.Code == mysql.ER_ERROR_WHEN_EXECUTING_COMMAND && !strings.Contains(me.Message, "Could not find target log") {
+			st.notAtCheckpoint = fmt.Sprintf("no event starts at %s:%d, where the checkpoint's last transaction ended", stored.File, stored.Offset)
+		}
+		return nil
+	}
+	if r.RowNumber() == 0 {
+		return nil // the end of the file: nothing written after it yet
+	}
+	// MySQL 9 answers an offset inside an event with the next event; 8.0
+	// with "Wrong offset or I/O error".
+	if at, _ := r.GetUint(0, 1); at != stored.Offset {
+		st.notAtCheckpoint = fmt.Sprintf("no event starts at %s:%d, where the checkpoint's last transaction ended", stored.File, stored.Offset)
+		return nil
+	}
+	typ, _ := r.GetString(0, 2)
+	info, _ := r.GetString(0, 5)
+	if !strings.EqualFold(typ, "Gtid") {
+		return nil
+	}
+	m := gtidNextRE.FindStringSubmatch(info)
+	if m == nil {
+		return nil
+	}
+	g, err := tidemark.ParseMySQLGTIDSet(m[1])
+	if err != nil {
+		return nil
+	}
+	if set.ContainsSet(g) {
+		st.notAtCheckpoint = fmt.Sprintf("the transaction at %s:%d, right after the checkpoint, is %s, which the checkpoint already holds", stored.File, stored.Offset, m[1])
+		return nil
+	}
+	// The server's own next transaction follows its last one in the set.
+	if ivs, mine := g[st.id.Server]; mine && len(ivs) == 1 {
+		if own := set[st.id.Server]; len(own) > 0 {
+			if last := own[len(own)-1].End; ivs[0].Start != last+1 {
+				st.notAtCheckpoint = fmt.Sprintf("the transaction at %s:%d, right after the checkpoint, is %s, not %s:%d", stored.File, stored.Offset, m[1], st.id.Server, last+1)
+			}
+		}
+	}
+	return nil
+}
+
+// gtidNextRE finds the GTID in SHOW BINLOG EVENTS' Info of a Gtid event.
+var gtidNextRE = regexp.MustCompile(`GTID_NEXT\s*=\s*'([^']+)'`)
 
 // readServer reads the server's identity and binlog state.
 func (t *Tailer) readServer(ctx context.Context) (serverState, error) {
@@ -486,9 +567,21 @@ func (t *Tailer) behind(stored tidemark.Position, st serverState) (bool, string)
 			if !have.ContainsSet(want) {
 				return true, fmt.Sprintf("GTID set %s, the server has executed %s", stored.GTID, orNone(st.gtidPos))
 			}
+			if st.notAtCheckpoint != "" {
+				return true, st.notAtCheckpoint + " (RESET BINARY LOGS AND GTIDS?)"
+			}
+			if behind, why := fileBehind(stored, st); behind {
+				return true, why
+			}
 			return false, ""
 		}
 	}
+	return fileBehind(stored, st)
+}
+
+// fileBehind reports whether the server's newest binlog file is older than
+// the stored position's (same basename).
+func fileBehind(stored tidemark.Position, st serverState) (bool, string) {
 	if stored.File != "" && st.lastFile != "" && binlogBase(stored.File) == binlogBase(st.lastFile) {
 		si, err1 := tidemark.BinlogFileIndex(stored.File)
 		li, err2 := tidemark.BinlogFileIndex(st.lastFile)

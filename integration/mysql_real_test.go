@@ -237,3 +237,63 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// TestMySQLResetBinaryLogsWhileStopped: RESET BINARY LOGS AND GTIDS (MySQL
+// 8.4's name for RESET MASTER) while tidemark is stopped empties
+// gtid_executed and restarts the binlog at binlog.000001: the same server
+// UUID then hands out the GTIDs of the checkpoint again, for other
+// transactions. Resuming by GTID set would skip them silently once the
+// server's set covers the checkpoint's; tidemark must stop instead, naming
+// the reset, whether the new set is shorter or longer than the checkpoint.
+func TestMySQLResetBinaryLogsWhileStopped(t *testing.T) {
+	f := newMySQLFixture(t)
+	db := randName("it_myreset_")
+	f.dropLater(t, db, db)
+	reset := func() {
+		t.Helper()
+		if err := harness.Exec(f.my, "RESET BINARY LOGS AND GTIDS"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reset()
+	if err := harness.Exec(f.my, "CREATE DATABASE "+db, "USE "+db, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := f.relConfig(t, db, db, relOpts{})
+	d := f.startDaemon(t, cfg)
+	for i := 1; i <= 5; i++ {
+		if err := harness.Exec(f.my, fmt.Sprintf("INSERT INTO %s.t VALUES (%d, 'before')", db, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.caughtUpIn(t, db, d, time.Minute)
+	if code := d.stop(t); code != 0 {
+		t.Fatalf("exit %d\n%s", code, d.stderr.String())
+	}
+	reset()
+	// More transactions than the checkpoint holds: the server's GTID set
+	// now covers the checkpoint's, with other transactions.
+	for i := 100; i < 130; i++ {
+		if err := harness.Exec(f.my, fmt.Sprintf("INSERT INTO %s.t VALUES (%d, 'after reset')", db, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d = f.startDaemon(t, cfg)
+	exited := waitFor(time.Minute, d.exited)
+	log := d.stderr.String()
+	var n int
+	if err := f.pg.QueryRow(f.ctx, `SELECT count(*) FROM "`+db+`".t WHERE id >= 100`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if !exited {
+		d.kill()
+		if n < 30 {
+			t.Fatalf("after RESET BINARY LOGS AND GTIDS tidemark kept running with %d of the 30 new rows (the others skipped as already seen):\n%s", n, tail(log, 20))
+		}
+		t.Fatalf("after RESET BINARY LOGS AND GTIDS tidemark kept running (it read the %d new rows, but resumed from a position that no longer means what it did):\n%s", n, tail(log, 20))
+	}
+	if n != 0 && n != 30 {
+		t.Fatalf("stopped after applying %d of the 30 new rows", n)
+	}
+	t.Logf("stopped: %s", grepLines(log, "level=ERROR"))
+}
