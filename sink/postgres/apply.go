@@ -49,23 +49,33 @@ import (
 //
 // A batch of an applier (with Offsets) whose target table another
 // applier dropped meanwhile (a source DROP TABLE that its partition reached
-// first, tidemark.StreamTarget.DropBefore) is applied once more: the table
-// is created again for its older rows, which the lagging partition's own
+// first, tidemark.StreamTarget.DropBefore) is applied again (up to
+// droppedRetries times: each other partition's DROP record may drop the
+// new, empty table once more): the table is created again for its older
+// rows, which the lagging partition's own
 // DROP control record removes later. Without Offsets a table dropped behind
 // the sink's back stays an error.
 func (s *Sink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStats, error) {
 	var missing bool
 	st, err := s.apply(ctx, b, &missing)
-	if missing && len(b.Offsets) > 0 {
-		s.log.Info("a target table of the batch was dropped by another applier (a source DROP TABLE); applying the batch again", "source", b.Source)
+	// Each other partition's DROP record may drop the table again between
+	// the creation and the rows (it finds the new table empty): a few
+	// more attempts, as many as there can be such records in a row.
+	for attempt := 0; missing && len(b.Offsets) > 0 && attempt < droppedRetries; attempt++ {
+		s.log.Info("a target table of the batch was dropped by another applier (a source DROP TABLE); applying the batch again", "source", b.Source, "attempt", attempt+1)
 		st, err = s.apply(ctx, b, &missing)
 	}
 	return st, err
 }
 
+// droppedRetries bounds Apply's attempts at an applier's batch whose table
+// other appliers' DROP records keep dropping.
+const droppedRetries = 8
+
 // apply is Apply once; *missing is set when it failed because a target
 // table or column was missing (its "ensured" mark is dropped).
 func (s *Sink) apply(ctx context.Context, b *tidemark.Batch, missing *bool) (tidemark.ApplyStats, error) {
+	*missing = false
 	start := time.Now()
 	what := fmt.Sprintf("apply batch of source %q", b.Source)
 	p, err := s.plan(b)

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"tidemark"
 )
 
@@ -305,5 +308,28 @@ func TestOlderLayoutKeepsTheTable(t *testing.T) {
 				t.Fatalf("rows %v, want %s", got, want)
 			}
 		})
+	}
+}
+
+// TestBatchOfDroppedTableAppliedAgain: an applier's batch whose target
+// table the other partitions' DROP records drop again and again between
+// its creation and its rows (each finds the new table empty) is applied
+// until it lands, not given up after one more attempt (seen end to end in
+// TestApplyOnlineSchemaChangeCutOver: 'relation … does not exist
+// (SQLSTATE 42P01)' stopped the member).
+func TestBatchOfDroppedTableAppliedAgain(t *testing.T) {
+	e := newEnv(t, withOffsets)
+	tbl := evoTable("t", tidemark.Column{Name: "id", Kind: tidemark.KindInt, Bits: 64}, tidemark.Column{Name: "a", Kind: tidemark.KindText, Nullable: true})
+	drops := 0
+	e.sink.hookBeforeCommit = func(ctx context.Context, tx pgx.Tx) error {
+		if drops++; drops <= 3 {
+			return &pgconn.PgError{Code: "42P01", Message: "relation does not exist (dropped by another applier)"}
+		}
+		return nil
+	}
+	e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(tbl, v(1, 1), int64(1), "one")}, Refresh: true,
+		Offsets: []tidemark.StreamOffset{{Group: "g", Topic: "x", Partition: 0, Next: 1, Prev: -1}}})
+	if got := e.rows(`SELECT id, a FROM ` + e.table("t")); strings.Join(got, ",") != "1|one" {
+		t.Fatalf("rows %v", got)
 	}
 }
