@@ -297,3 +297,41 @@ func TestMySQLResetBinaryLogsWhileStopped(t *testing.T) {
 	}
 	t.Logf("stopped: %s", grepLines(log, "level=ERROR"))
 }
+
+// TestMySQLSpatialAndVectorRefused: spatial columns and MySQL 9's VECTOR
+// have no mapping yet: their tables are quarantined with an error naming the
+// column and its type, and the other tables go on.
+func TestMySQLSpatialAndVectorRefused(t *testing.T) {
+	f := newMySQLFixture(t)
+	db := randName("it_mygeo_")
+	f.dropLater(t, db, db)
+	if err := harness.Exec(f.my, "CREATE DATABASE "+db, "USE "+db,
+		"CREATE TABLE geo (id INT PRIMARY KEY, p POINT NOT NULL SRID 4326)", "INSERT INTO geo VALUES (1, ST_SRID(POINT(1, 2), 4326))",
+		"CREATE TABLE vec (id INT PRIMARY KEY, v VECTOR(3))", "INSERT INTO vec VALUES (1, STRING_TO_VECTOR('[1.5, 2, 3]'))",
+		"CREATE TABLE ok (id INT PRIMARY KEY)", "INSERT INTO ok VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := f.relConfig(t, db, db, relOpts{})
+	d := f.startDaemon(t, cfg)
+	defer d.kill()
+	f.caughtUpIn(t, db, d, time.Minute)
+	if err := harness.Exec(f.my, "USE "+db, "INSERT INTO geo VALUES (2, ST_SRID(POINT(3, 4), 4326))", "INSERT INTO vec VALUES (2, STRING_TO_VECTOR('[0, 0, 1]'))", "INSERT INTO ok VALUES (2)"); err != nil {
+		t.Fatal(err)
+	}
+	f.caughtUpIn(t, db, d, time.Minute)
+	log := d.stderr.String()
+	for _, want := range [][2]string{{"geo", "point"}, {"vec", "vector"}} {
+		ok := false
+		for _, l := range strings.Split(log, "\n") {
+			ok = ok || (strings.Contains(l, "quarantined") && strings.Contains(l, "table="+db+"."+want[0]+" ") && strings.Contains(strings.ToLower(l), want[1]))
+		}
+		if !ok {
+			t.Errorf("%s: no quarantine naming its %s column:\n%s", want[0], want[1], grepLines(log, "level=ERROR"))
+		}
+	}
+	diff, err := harness.Compare(f.ctx, f.my, f.pg, harness.TableSpec{Database: db, Table: "ok"})
+	if err != nil || !diff.Equal() {
+		t.Fatalf("the other table: %v %v", diff, err)
+	}
+	t.Logf("%s", grepLines(log, "quarantined"))
+}
