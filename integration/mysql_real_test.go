@@ -335,3 +335,54 @@ func TestMySQLSpatialAndVectorRefused(t *testing.T) {
 	}
 	t.Logf("%s", grepLines(log, "quarantined"))
 }
+
+// TestMySQLCollationKeys: keys MySQL's collations treat as distinct (NO PAD
+// utf8mb4_0900_ai_ci: 'a' and 'a ') or as equal (an update from 'a' to 'A'
+// on a case-insensitive key; PAD SPACE utf8mb4_general_ci on a mirrored
+// UNIQUE index) arrive in PostgreSQL, whose text keys compare bytes, with
+// nothing rejected or merged; the streamed table equals the source and
+// `tidemark verify` agrees.
+func TestMySQLCollationKeys(t *testing.T) {
+	f := newMySQLFixture(t)
+	db := randName("it_mycoll_")
+	f.dropLater(t, db, db)
+	if err := harness.Exec(f.my, "CREATE DATABASE "+db, "USE "+db,
+		"CREATE TABLE k (id VARCHAR(10) COLLATE utf8mb4_0900_ai_ci PRIMARY KEY, u VARCHAR(10) COLLATE utf8mb4_general_ci, v INT, UNIQUE KEY (u))",
+		"INSERT INTO k VALUES ('a', 'x', 1), ('a ', 'y', 2), ('b', 'z', 3)"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := f.relConfig(t, db, db, relOpts{})
+	d := f.startDaemon(t, cfg)
+	defer d.kill()
+	f.caughtUpIn(t, db, d, time.Minute)
+	if err := harness.Exec(f.my, "USE "+db,
+		"INSERT INTO k VALUES ('a  ', 'x ', 4)", // fails below if 'x ' equals 'x' (PAD SPACE): it does
+	); err == nil {
+		t.Fatal("PAD SPACE: 'x ' should collide with 'x' in the source")
+	}
+	if err := harness.Exec(f.my, "USE "+db,
+		"INSERT INTO k VALUES ('a  ', 'w ', 4), ('é', 'É', 5)",
+		"UPDATE k SET id = 'A' WHERE id = 'a'", // equal by the collation, other bytes
+		"UPDATE k SET u = 'X' WHERE u = 'x'",
+		"BEGIN", "UPDATE k SET u = 'tmp' WHERE id = 'b'", "UPDATE k SET u = 'z' WHERE id = 'a '", "UPDATE k SET u = 'Y' WHERE id = 'b'", "COMMIT",
+		"DELETE FROM k WHERE id = 'A '", // 'A ' is not 'a ' under NO PAD... but ai_ci: equal to 'a '
+	); err != nil {
+		t.Fatal(err)
+	}
+	f.caughtUpIn(t, db, d, time.Minute)
+	if log := d.stderr.String(); strings.Contains(log, "level=ERROR") {
+		t.Fatalf("errors:\n%s", grepLines(log, "level=ERROR"))
+	}
+	diff, err := harness.Compare(f.ctx, f.my, f.pg, harness.TableSpec{Database: db, Table: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !diff.Equal() {
+		t.Fatalf("target differs: %s\n%s", diff, strings.Join(diff.Examples, "\n"))
+	}
+	code, vout := runBinary(t, time.Minute, []string{"TM_IT_MYSQL_PASSWORD=" + f.env.MySQLPassword, "TM_IT_PG_DSN=" + f.env.PGDSN}, "verify", "--config", cfg)
+	if code != 0 || !strings.Contains(vout, "verdict: EQUAL") {
+		t.Fatalf("tidemark verify exit %d:\n%s", code, vout)
+	}
+	t.Logf("%s", diff)
+}
