@@ -356,7 +356,7 @@ func TestMySQLCollationKeys(t *testing.T) {
 	defer d.kill()
 	f.caughtUpIn(t, db, d, time.Minute)
 	if err := harness.Exec(f.my, "USE "+db,
-		"INSERT INTO k VALUES ('a  ', 'x ', 4)", // fails below if 'x ' equals 'x' (PAD SPACE): it does
+		"INSERT INTO k VALUES ('a  ', 'x ', 4)", // PAD SPACE: 'x ' equals 'x', a duplicate
 	); err == nil {
 		t.Fatal("PAD SPACE: 'x ' should collide with 'x' in the source")
 	}
@@ -365,7 +365,7 @@ func TestMySQLCollationKeys(t *testing.T) {
 		"UPDATE k SET id = 'A' WHERE id = 'a'", // equal by the collation, other bytes
 		"UPDATE k SET u = 'X' WHERE u = 'x'",
 		"BEGIN", "UPDATE k SET u = 'tmp' WHERE id = 'b'", "UPDATE k SET u = 'z' WHERE id = 'a '", "UPDATE k SET u = 'Y' WHERE id = 'b'", "COMMIT",
-		"DELETE FROM k WHERE id = 'A '", // 'A ' is not 'a ' under NO PAD... but ai_ci: equal to 'a '
+		"DELETE FROM k WHERE id = 'A '", // equal to 'a ' (case-insensitive, same trailing space), not to 'A' (NO PAD)
 	); err != nil {
 		t.Fatal(err)
 	}
