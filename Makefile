@@ -11,7 +11,7 @@ SERVICES := scripts/services.sh
 # Exports TIDEMARK_TEST_* for the running local services; use on the same recipe line.
 WITH_ENV := eval "$$($(SERVICES) env)"
 
-.PHONY: build services test test-reliability test-long fmt-check tidy-check vet demo bench bench-fallback bench-peers down status clean
+.PHONY: build services test test-reliability test-long nemesis soak fmt-check tidy-check vet demo bench bench-fallback bench-peers down status clean
 
 build:
 	go build -ldflags "-X main.version=$$(git describe --tags --always --dirty 2>/dev/null || echo dev) -X main.commit=$$(git rev-parse HEAD 2>/dev/null)" -o bin/tidemark ./cmd/tidemark
@@ -49,6 +49,18 @@ test-long: services
 	mkdir -p bin
 	$(WITH_ENV) && TIDEMARK_LONG=1 TIDEMARK_REL_REPORT=$(CURDIR)/bin/reliability-long.jsonl \
 		go test -count=1 -p 1 -timeout 90m -run 'Long$$' -v ./integration/
+
+# The nemesis (integration/nemesis, docs/RELIABILITY.md): replay one campaign exactly, or run
+# fresh random seeds until DURATION is up and print the table (campaigns, faults by kind, DDL
+# statements, rows compared, failures with their seeds). make test runs the CI seed set.
+SEED ?= 1
+DURATION ?= 30m
+nemesis: services
+	$(WITH_ENV) && NEMESIS_SEEDS=$(SEED) go test -count=1 -timeout 60m -run 'TestNemesis$$' -v ./integration/nemesis/
+
+soak: services
+	mkdir -p bin
+	$(WITH_ENV) && NEMESIS_SOAK=$(DURATION) go test -count=1 -timeout 0 -run 'TestNemesis$$' -v ./integration/nemesis/ 2>&1 | tee bin/soak.log
 
 # SOURCE=mysql runs it against the real MySQL 9.7 instead of MariaDB.
 SOURCE ?= mariadb

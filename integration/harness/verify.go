@@ -345,6 +345,13 @@ func normalizeValue(c column, v *string, target bool) (string, error) {
 			return strconv.FormatUint(n, 10), nil
 		}
 		return s, nil
+	case "year":
+		// MariaDB prints the zero year as 0000, PostgreSQL's integer as 0.
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return "", fmt.Errorf("bad year %q", s)
+		}
+		return strconv.Itoa(n), nil
 	case "time":
 		d, err := parseDuration(s)
 		if err != nil {

@@ -1,0 +1,224 @@
+package nemesis
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// ddl draws one schema change of a table and makes it while the daemon
+// streams; a burst of the workload follows it.
+func (c *campaign) ddl() {
+	tb := c.tables[c.rng.IntN(len(c.tables))]
+	c.draw("table", tb.name)
+	kind := c.weighted("ddl", map[string]int{"add_column": 4, "add_column_default": 2, "drop_column": 3, "rename_column": 2, "modify_column": 2,
+		"add_index": 2, "drop_index": 1, "add_unique": 1, "truncate": 2, "cutover": 2, "drop_create": 1, "resync": 2})
+	c.phase += " " + kind + " " + tb.name
+	c.res.faults["ddl:"+kind]++
+	q := "`" + c.db + "`.`" + tb.name + "`"
+	alter := func(sqls ...string) {
+		for _, s := range sqls {
+			c.source(s)
+			c.res.ddl++
+		}
+	}
+	switch kind {
+	case "add_column", "add_column_default":
+		f := families[c.rng.IntN(len(families))]
+		c.draw("family", f.name)
+		typ := f.sqlType
+		if kind == "add_column_default" {
+			// Existing rows get a value no row event carries: a backfill.
+			typ = strings.Replace(typ, " NULL", "", 1)
+			typ += " NOT NULL DEFAULT " + map[bool]string{true: "0", false: "'x'"}[strings.Contains("int ubig dec dbl bit year bool", f.name)]
+			if !strings.Contains("int ubig dec dbl bit year bool utf8 latin1 char", f.name) {
+				f = familyByName("utf8")
+				typ = "VARCHAR(64) NOT NULL DEFAULT 'backfilled'"
+			}
+		}
+		if kind == "add_column_default" {
+			// NOT NULL now: the generator must not write NULL.
+			gen, def := f.gen, typ[strings.LastIndex(typ, " ")+1:]
+			f.gen = func(r *rand.Rand) string {
+				if v := gen(r); v != "NULL" {
+					return v
+				}
+				return def
+			}
+			f.sqlType, f.widen = typ, ""
+		}
+		name := fmt.Sprintf("c%d_%s", tb.colSeq, f.name)
+		tb.colSeq++
+		alter(fmt.Sprintf("ALTER TABLE %s ADD COLUMN `%s` %s", q, name, typ))
+		tb.cols = append(tb.cols, col{name: name, fam: f})
+	case "drop_column":
+		if len(tb.cols) < 2 {
+			return
+		}
+		i := c.rng.IntN(len(tb.cols))
+		alter(fmt.Sprintf("ALTER TABLE %s DROP COLUMN `%s`", q, tb.cols[i].name))
+		tb.cols = append(tb.cols[:i], tb.cols[i+1:]...)
+	case "rename_column":
+		if len(tb.cols) == 0 {
+			return
+		}
+		i := c.rng.IntN(len(tb.cols))
+		name := fmt.Sprintf("c%d_%s", tb.colSeq, tb.cols[i].fam.name)
+		tb.colSeq++
+		alter(fmt.Sprintf("ALTER TABLE %s RENAME COLUMN `%s` TO `%s`", q, tb.cols[i].name, name))
+		tb.cols[i].name = name
+	case "modify_column":
+		for i, cl := range tb.cols {
+			if cl.fam.widen != "" {
+				alter(fmt.Sprintf("ALTER TABLE %s MODIFY COLUMN `%s` %s", q, cl.name, cl.fam.widen))
+				tb.cols[i].fam.sqlType, tb.cols[i].fam.widen = cl.fam.widen, ""
+				break
+			}
+		}
+	case "add_index", "add_unique":
+		if len(tb.cols) == 0 {
+			return
+		}
+		cl := tb.cols[c.rng.IntN(len(tb.cols))]
+		if strings.Contains("text json blob", cl.fam.name) {
+			return
+		}
+		name := fmt.Sprintf("ix%d", tb.colSeq)
+		tb.colSeq++
+		if kind == "add_unique" {
+			if tb.shape == "nokey" {
+				return
+			}
+			// Unique because it contains the key.
+			keys := append([]string{}, tb.keyCols()...)
+			if tb.shape == "nullu" {
+				keys = []string{"id"}
+			}
+			alter(fmt.Sprintf("ALTER TABLE %s ADD UNIQUE INDEX `%s` (`%s`, `%s`)", q, name, strings.Join(keys, "`, `"), cl.name))
+		} else {
+			alter(fmt.Sprintf("ALTER TABLE %s ADD INDEX `%s` (`%s`)", q, name, cl.name))
+		}
+		tb.indexes = append(tb.indexes, name)
+	case "drop_index":
+		if len(tb.indexes) == 0 {
+			return
+		}
+		alter(fmt.Sprintf("ALTER TABLE %s DROP INDEX `%s`", q, tb.indexes[0]))
+		tb.indexes = tb.indexes[1:]
+	case "truncate":
+		alter("TRUNCATE TABLE " + q)
+		tb.live = nil
+	case "cutover":
+		if tb.shape == "nokey" {
+			return // the copy's REPLACE needs a key
+		}
+		c.cutover(tb, alter)
+	case "drop_create":
+		if tb.bk != nil {
+			return // the config's business key names the old layout's columns
+		}
+		alter("DROP TABLE " + q)
+		if c.s.dropTable == "refuse" {
+			tb.mayQuarantine = "DROP TABLE under ddl.drop_table: refuse (documented refusal)"
+		}
+		old := tb.shape
+		for tb.shape == old {
+			tb.shape = c.weighted("new_shape", map[string]int{"pk": 1, "uk1": 1, "uk2": 1, "cpk": 1, "nullu": 1})
+		}
+		tb.live, tb.indexes, tb.cols = nil, nil, nil
+		for j := c.intn("columns", 1, 4); j > 0; j-- {
+			f := families[c.rng.IntN(len(families))]
+			c.draw("family", f.name)
+			tb.cols = append(tb.cols, col{name: fmt.Sprintf("c%d_%s", tb.colSeq, f.name), fam: f})
+			tb.colSeq++
+		}
+		alter(tb.createSQL(c.db, tb.name))
+	case "resync":
+		// tidemark resync of a busy table: the workload goes on while the
+		// daemon re-snapshots it.
+		done := make(chan string, 1)
+		if c.dry {
+			done <- ""
+		}
+		go func() {
+			if c.dry {
+				return
+			}
+			code, out := c.runCmd(3*time.Minute, "resync", "--config", c.cfg, "--table", c.db+"."+tb.name, "--wait", "150s")
+			if code != 0 {
+				done <- fmt.Sprintf("exit %d: %s", code, tail(out, 10))
+				return
+			}
+			done <- ""
+		}()
+		c.res.ddl++
+		c.burst(c.intn("txns", 10, 60), true)
+		if msg := <-done; msg != "" {
+			c.t.Errorf("tidemark resync --table %s.%s failed: %s", c.db, tb.name, msg)
+		}
+		return
+	}
+	c.burst(c.intn("txns", 2, 20), true)
+}
+
+// cutover is gh-ost's / pt-online-schema-change's: a ghost table created
+// like the original (with a column added), filled by copying, then swapped in
+// by one atomic RENAME TABLE, and the old table dropped.
+func (c *campaign) cutover(tb *table, alter func(...string)) {
+	q := func(n string) string { return "`" + c.db + "`.`" + n + "`" }
+	gho, del := "_"+tb.name+"_gho", "_"+tb.name+"_del"
+	alter("CREATE TABLE " + q(gho) + " LIKE " + q(tb.name))
+	added := c.chance("cutover.add_column", 0.5)
+	name := ""
+	if added {
+		name = fmt.Sprintf("c%d_utf8", tb.colSeq)
+		tb.colSeq++
+		alter(fmt.Sprintf("ALTER TABLE %s ADD COLUMN `%s` VARCHAR(64) NULL", q(gho), name))
+	}
+	var cols []string
+	for _, n := range append(tb.allCols(), "updated_at") {
+		cols = append(cols, "`"+n+"`")
+	}
+	list := strings.Join(cols, ", ")
+	c.source("INSERT INTO " + q(gho) + " (" + list + ") SELECT " + list + " FROM " + q(tb.name))
+	c.burst(c.intn("txns", 0, 10), true) // written to the original only: gh-ost would replay them; here they are copied again below
+	c.source("REPLACE INTO " + q(gho) + " (" + list + ") SELECT " + list + " FROM " + q(tb.name))
+	c.source("DELETE g FROM " + q(gho) + " g LEFT JOIN " + q(tb.name) + " o ON " + tb.joinOn("g", "o") + " WHERE o.updated_at IS NULL")
+	alter("RENAME TABLE "+q(tb.name)+" TO "+q(del)+", "+q(gho)+" TO "+q(tb.name), "DROP TABLE "+q(del))
+	if c.s.dropTable == "refuse" {
+		tb.mayQuarantine = "the cut-over renames the table away under ddl.drop_table: refuse (documented: treated as dropped)"
+	}
+	if added {
+		tb.cols = append(tb.cols, col{name: name, fam: familyByName("utf8")})
+	}
+}
+
+// allCols is every source column but updated_at.
+func (tb *table) allCols() []string {
+	var out []string
+	switch tb.shape {
+	case "uk1", "uk2":
+		out = append([]string{"id"}, tb.keyCols()...)
+	case "nullu":
+		out = []string{"id", "email"}
+	default:
+		out = tb.keyCols()
+	}
+	for _, cl := range tb.cols {
+		out = append(out, cl.name)
+	}
+	return out
+}
+
+func (tb *table) joinOn(a, b string) string {
+	keys := tb.keyCols()
+	if tb.shape == "uk1" || tb.shape == "uk2" || tb.shape == "nullu" {
+		keys = []string{"id"}
+	}
+	var on []string
+	for _, k := range keys {
+		on = append(on, fmt.Sprintf("%s.`%s` = %s.`%s`", a, k, b, k))
+	}
+	return strings.Join(on, " AND ")
+}

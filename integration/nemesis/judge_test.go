@@ -1,0 +1,259 @@
+package nemesis
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"tidemark/integration/harness"
+)
+
+// watchI5 puts the I5 version-regression trigger on every table the daemon
+// (or an applier) creates in the campaign's schema, keyed by its primary
+// key: every UPDATE that lowers (_tm_seq, _tm_idx) and every INSERT of a
+// key whose deleted version was newer is recorded in nm_i5 (the same
+// trigger as the reliability suite's I5, docs/RELIABILITY.md).
+func watchI5(c *campaign) {
+	s := pgx.Identifier{c.db}.Sanitize()
+	lit := "'" + c.db + "'"
+	ev := pgx.Identifier{"nm_i5_" + c.db}.Sanitize()
+	sql := fmt.Sprintf(`
+CREATE SCHEMA IF NOT EXISTS %[1]s;
+CREATE TABLE %[1]s.nm_i5 (tbl text, key text, kind text, old_seq bigint, old_idx int, new_seq bigint, new_idx int, at timestamptz DEFAULT clock_timestamp());
+CREATE TABLE %[1]s.nm_i5_tomb (tbl text, key text, seq bigint, idx int, PRIMARY KEY (tbl, key));
+CREATE FUNCTION %[1]s.nm_i5_row() RETURNS trigger LANGUAGE plpgsql AS $f$
+DECLARE k text := ''; j jsonb; tomb record;
+BEGIN
+  IF TG_OP = 'DELETE' THEN j := to_jsonb(OLD); ELSE j := to_jsonb(NEW); END IF;
+  FOR i IN 0 .. TG_NARGS - 1 LOOP
+    IF i > 0 THEN k := k || '|'; END IF;
+    k := k || coalesce(j ->> TG_ARGV[i], '');
+  END LOOP;
+  IF TG_OP = 'UPDATE' THEN
+    IF (NEW._tm_seq, NEW._tm_idx) < (OLD._tm_seq, OLD._tm_idx) THEN
+      INSERT INTO %[1]s.nm_i5 VALUES (TG_TABLE_NAME, k, 'update regressed', OLD._tm_seq, OLD._tm_idx, NEW._tm_seq, NEW._tm_idx);
+    END IF;
+    RETURN NEW;
+  ELSIF TG_OP = 'DELETE' THEN
+    INSERT INTO %[1]s.nm_i5_tomb VALUES (TG_TABLE_NAME, k, OLD._tm_seq, OLD._tm_idx)
+      ON CONFLICT (tbl, key) DO UPDATE SET seq = EXCLUDED.seq, idx = EXCLUDED.idx;
+    RETURN OLD;
+  ELSE
+    SELECT * INTO tomb FROM %[1]s.nm_i5_tomb WHERE tbl = TG_TABLE_NAME AND key = k;
+    IF FOUND AND (NEW._tm_seq, NEW._tm_idx) < (tomb.seq, tomb.idx) THEN
+      INSERT INTO %[1]s.nm_i5 VALUES (TG_TABLE_NAME, k, 'insert after newer delete', tomb.seq, tomb.idx, NEW._tm_seq, NEW._tm_idx);
+    END IF;
+    RETURN NEW;
+  END IF;
+END $f$;
+CREATE FUNCTION %[1]s.nm_i5_attach() RETURNS event_trigger LANGUAGE plpgsql AS $f$
+DECLARE obj record; cols text;
+BEGIN
+  FOR obj IN SELECT * FROM pg_event_trigger_ddl_commands() WHERE command_tag = 'CREATE TABLE' AND object_type = 'table' AND schema_name = %[2]s LOOP
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = obj.objid AND attname = '_tm_seq' AND NOT attisdropped) THEN
+      CONTINUE;
+    END IF;
+    SELECT string_agg(quote_literal(a.attname), ', ' ORDER BY array_position(i.indkey::int2[], a.attnum)) INTO cols
+      FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey::int2[])
+      WHERE i.indrelid = obj.objid AND i.indisprimary;
+    IF cols IS NOT NULL THEN
+      EXECUTE format('CREATE TRIGGER nm_i5 BEFORE INSERT OR UPDATE OR DELETE ON %%s FOR EACH ROW EXECUTE FUNCTION %%I.nm_i5_row(%%s)', obj.object_identity, %[2]s, cols);
+    END IF;
+  END LOOP;
+END $f$;
+CREATE EVENT TRIGGER %[3]s ON ddl_command_end WHEN TAG IN ('CREATE TABLE') EXECUTE FUNCTION %[1]s.nm_i5_attach();
+`, s, lit, ev)
+	if _, err := c.pg.Exec(c.ctx, sql); err != nil {
+		c.t.Fatalf("set up I5 in %s: %v", s, err)
+	}
+}
+
+// quarantineLine finds tidemark's quarantine error for a table in the logs
+// of every process of the campaign.
+func (c *campaign) quarantineLine(tb string) string {
+	re := regexp.MustCompile(`level=ERROR msg="table (is )?quarantined[^\n]*table=` + regexp.QuoteMeta(c.db+"."+tb) + `( |$)[^\n]*`)
+	for _, p := range c.procs {
+		if m := re.FindString(p.log.String()); m != "" {
+			return m
+		}
+	}
+	return ""
+}
+
+// exitLine is the last ERROR line of a process that exited by itself.
+func exitLine(p *proc) string {
+	lines := strings.Split(p.log.String(), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], "level=ERROR") {
+			return lines[i]
+		}
+	}
+	return tail(p.log.String(), 3)
+}
+
+// judge lets the system settle, then checks every table: equal to the
+// source (harness.Compare: row by row, no business key twice; soft deletes
+// compare the live rows), or quarantined with tidemark saying so where the
+// draws make that a documented refusal; no process stopped by itself
+// unless it named the table and the cause and the rest is equal; no I5
+// record; every process still running stops cleanly.
+func (c *campaign) judge() {
+	t := c.t
+	c.phase = "settle"
+	c.proxy.RemoveAll()
+	for _, p := range c.procs {
+		if p.stopped {
+			p.cont()
+		}
+	}
+	diffs := map[string]*harness.Diff{}
+	quarantined := map[string]string{}
+	settled := func() bool {
+		all := true
+		for _, tb := range c.tables {
+			if q := c.quarantineLine(tb.name); q != "" {
+				quarantined[tb.name] = q
+			}
+			d, err := harness.Compare(c.ctx, c.my, c.pg, harness.TableSpec{Database: c.db, Table: tb.name, Key: tb.compareKey(), SourceZone: c.s.zone, SoftDelete: c.s.deleteMode == "soft"})
+			if err != nil {
+				d = &harness.Diff{Table: tb.name, Examples: []string{err.Error()}, Missing: 1}
+			}
+			diffs[tb.name] = d
+			if !d.Equal() && quarantined[tb.name] == "" {
+				all = false
+			}
+		}
+		return all
+	}
+	deadline := time.Now().Add(150 * time.Second)
+	for !settled() && time.Now().Before(deadline) {
+		stopped := false
+		for _, p := range c.procs {
+			if p.exited() && !p.killed {
+				stopped = true
+			}
+		}
+		if stopped && time.Until(deadline) > 10*time.Second {
+			// A process that stopped by itself will not make it converge.
+			deadline = time.Now().Add(10 * time.Second)
+		}
+		time.Sleep(time.Second)
+	}
+	// A lagging partition or a late record could still change the target:
+	// compare once more after a pause.
+	time.Sleep(2 * time.Second)
+	settled()
+	c.phase = "judge"
+	var fails []string
+	stops := map[*proc]string{}
+	for _, p := range c.procs {
+		if p.exited() && !p.killed && p.cmd.ProcessState.ExitCode() != 0 {
+			stops[p] = exitLine(p)
+		}
+	}
+	for _, tb := range c.tables {
+		d := diffs[tb.name]
+		c.res.rows += d.SourceRows
+		q := quarantined[tb.name]
+		switch {
+		case q != "" && tb.mayQuarantine != "":
+			c.res.quarantines++
+			t.Logf("%s quarantined, as the draws allow (%s): %s", tb.name, tb.mayQuarantine, q)
+		case q != "":
+			fails = append(fails, fmt.Sprintf("%s was quarantined, but nothing the campaign drew is a documented refusal for it (loud, but a finding): %s\n    %s", tb.name, q, d))
+		case !d.Equal():
+			excused := false
+			for _, line := range stops {
+				if strings.Contains(line, c.db+"."+tb.name) || strings.Contains(line, `"`+tb.name+`"`) {
+					excused = true
+				}
+			}
+			switch {
+			case excused:
+			case len(stops) > 0:
+				fails = append(fails, fmt.Sprintf("%s differs from the source after a process stopped (below): %s", tb.name, d))
+			default:
+				fails = append(fails, fmt.Sprintf("%s differs from the source and tidemark did not say so (wrong in silence): %s\n    %s", tb.name, d, strings.Join(d.Examples, "\n    ")))
+			}
+		}
+	}
+	for p, line := range stops {
+		// First: a stop is the finding the differences follow from.
+		fails = append([]string{fmt.Sprintf("%s stopped by itself (exit %d): %s", p.role, p.cmd.ProcessState.ExitCode(), line)}, fails...)
+	}
+	for _, p := range c.procs {
+		if p.exited() {
+			continue
+		}
+		if code := p.term(60 * time.Second); code != 0 {
+			fails = append(fails, fmt.Sprintf("%s: exit %d after SIGTERM: %s", p.role, code, exitLine(p)))
+		}
+	}
+	fails = append(fails, c.readI5()...)
+	if len(fails) > 0 {
+		c.res.failure = strings.SplitN(fails[0], "\n", 2)[0]
+		t.Errorf("seed %d: %d findings:\n  %s", c.seed, len(fails), strings.Join(fails, "\n  "))
+	}
+}
+
+// readI5 returns what the I5 trigger recorded.
+func (c *campaign) readI5() []string {
+	rows, err := c.pg.Query(c.ctx, fmt.Sprintf("SELECT tbl, key, kind, old_seq, old_idx, new_seq, new_idx FROM %s.nm_i5 ORDER BY at LIMIT 10", pgx.Identifier{c.db}.Sanitize()))
+	if err != nil {
+		return []string{"read I5 records: " + err.Error()}
+	}
+	defer rows.Close()
+	var bad []string
+	for rows.Next() {
+		var tbl, key, kind string
+		var os, ns int64
+		var oi, ni int32
+		if err := rows.Scan(&tbl, &key, &kind, &os, &oi, &ns, &ni); err != nil {
+			return []string{"read I5 records: " + err.Error()}
+		}
+		bad = append(bad, fmt.Sprintf("I5: %s key %s: %s: version %d/%d then %d/%d", tbl, key, kind, os, oi, ns, ni))
+	}
+	return bad
+}
+
+// report prints what a failing campaign needs to be replayed and read: the
+// seed, the draws, the phase, and each process's last log lines; the full
+// logs go to bin/nemesis/<seed>/.
+func (c *campaign) report() {
+	dir := filepath.Join(serverRoot(), "bin", "nemesis", fmt.Sprint(c.seed))
+	_ = os.MkdirAll(dir, 0o755)
+	var b strings.Builder
+	fmt.Fprintf(&b, "NEMESIS FAILURE: seed %d (replay: make nemesis SEED=%d), database %s, while: %s\n", c.seed, c.seed, c.db, c.phase)
+	fmt.Fprintf(&b, "settings: %+v\n", c.s)
+	for _, tb := range c.tables {
+		fmt.Fprintf(&b, "table %s: shape %s, business key %v, columns %d, live rows %d\n", tb.name, tb.shape, tb.bk, len(tb.cols), len(tb.live))
+	}
+	// The plan-level draws (settings, tables, steps, faults, schema
+	// changes); all of them are in draws.txt.
+	var plan []string
+	for _, d := range c.draws {
+		if !strings.HasPrefix(d, "tx=") && !strings.HasPrefix(d, "table=") && !strings.HasPrefix(d, "rows=") {
+			plan = append(plan, d)
+		}
+	}
+	_ = os.WriteFile(filepath.Join(dir, "draws.txt"), []byte(strings.Join(c.draws, "\n")+"\n"), 0o644)
+	fmt.Fprintf(&b, "draws: %d (all in draws.txt); without the workload's: %s\n", len(c.draws), strings.Join(plan, " "))
+	for i, p := range c.procs {
+		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%02d-%s.log", i, strings.ReplaceAll(p.role, " ", ""))), []byte(p.log.String()), 0o644)
+	}
+	for _, p := range []*proc{c.tailer, c.standby} {
+		if p != nil {
+			fmt.Fprintf(&b, "--- %s (last lines):\n%s\n", p.role, tail(p.log.String(), 12))
+		}
+	}
+	for _, p := range c.appliers {
+		fmt.Fprintf(&b, "--- %s (last lines):\n%s\n", p.role, tail(p.log.String(), 8))
+	}
+	_ = os.WriteFile(filepath.Join(dir, "report.txt"), []byte(b.String()), 0o644)
+	c.t.Logf("%s(full logs: %s)", b.String(), dir)
+}

@@ -1,0 +1,162 @@
+package nemesis
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// ciSeeds is the fixed seed set of make test: together they draw every
+// dimension the runner has (TestCISeedsCoverEveryDimension checks it).
+// A seed that fails on main is not here but in knownFailing, until its fix
+// lands.
+var ciSeeds = []uint64{119, 139, 233, 135, 247, 38, 193, 6, 273, 274, 294, 279, 219, 262, 60}
+
+// knownFailing maps seeds that fail on main to their finding (issue 22's
+// numbers where it is one of them). They are replayed by
+// `make nemesis SEED=…`, and move to ciSeeds when the fix lands.
+var knownFailing = map[uint64]string{
+	105: "scale-out: after a first-run snapshot, ADD COLUMN … NOT NULL DEFAULT (a backfill) and a MariaDB restart, every applier stops: the row was written with table schema X, but the schema last announced on the partition is Y (issue 22, finding 3's family)",
+	127: "scale-out: a PostgreSQL immediate restart stops the tailer (exit 1, \"lock source …: unexpected EOF\"): its only PostgreSQL use is the source lock, and losing the lock's session is fatal instead of retried",
+}
+
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tidemark-nemesis-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "tidemark")
+	build := exec.Command("go", "build", "-o", binPath, "tidemark/cmd/tidemark")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build tidemark:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// TestNemesis runs campaigns: the seeds of NEMESIS_SEEDS (comma-separated;
+// make nemesis SEED=…), fresh random seeds for NEMESIS_SOAK (a duration;
+// make soak DURATION=…), or else the CI seed set.
+func TestNemesis(t *testing.T) {
+	var tally soakTally
+	defer func() { t.Log("\n" + tally.table()) }()
+	if d := os.Getenv("NEMESIS_SOAK"); d != "" {
+		dur, err := time.ParseDuration(d)
+		if err != nil {
+			t.Fatalf("NEMESIS_SOAK=%q: %v", d, err)
+		}
+		end := time.Now().Add(dur)
+		src := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 23))
+		for time.Now().Before(end) {
+			seed := 1000 + src.Uint64N(1<<40)
+			runSeed(t, seed, &tally)
+		}
+		return
+	}
+	seeds := ciSeeds
+	if s := os.Getenv("NEMESIS_SEEDS"); s != "" {
+		seeds = nil
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+			if err != nil {
+				t.Fatalf("NEMESIS_SEEDS=%q: %v", s, err)
+			}
+			seeds = append(seeds, n)
+		}
+	}
+	for _, seed := range seeds {
+		runSeed(t, seed, &tally)
+	}
+}
+
+func runSeed(t *testing.T, seed uint64, tally *soakTally) {
+	var res *result
+	began := time.Now()
+	ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+		res = runCampaign(t, seed)
+	})
+	tally.add(seed, ok, res, time.Since(began))
+	verdict := "PASS"
+	if !ok {
+		verdict = "FAIL"
+	}
+	t.Logf("campaign seed=%d: %s in %s", seed, verdict, time.Since(began).Round(time.Second))
+}
+
+// soakTally is the figures of a run of campaigns.
+type soakTally struct {
+	mu                   sync.Mutex
+	campaigns, ddl, rows int
+	quarantines          int
+	faults               map[string]int
+	topologies           map[string]int
+	failures             []string
+	wall                 time.Duration
+}
+
+func (s *soakTally) add(seed uint64, ok bool, r *result, wall time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.faults == nil {
+		s.faults, s.topologies = map[string]int{}, map[string]int{}
+	}
+	s.campaigns++
+	s.wall += wall
+	if r != nil {
+		s.ddl += r.ddl
+		s.rows += r.rows
+		s.quarantines += r.quarantines
+		for k, n := range r.faults {
+			s.faults[k] += n
+		}
+		s.topologies[r.topology]++
+	}
+	if !ok {
+		what := "failed"
+		if r != nil && r.failure != "" {
+			what = r.failure
+		}
+		if f, known := knownFailing[seed]; known {
+			what += " (known: " + f + ")"
+		}
+		s.failures = append(s.failures, fmt.Sprintf("seed %d: %s", seed, what))
+	}
+}
+
+func (s *soakTally) table() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "nemesis: %d campaigns in %s, %d failed\n", s.campaigns, s.wall.Round(time.Second), len(s.failures))
+	fmt.Fprintf(&b, "  %-28s %d\n", "DDL statements", s.ddl)
+	fmt.Fprintf(&b, "  %-28s %d\n", "rows compared", s.rows)
+	fmt.Fprintf(&b, "  %-28s %d\n", "loud quarantines (expected)", s.quarantines)
+	for _, m := range []map[string]int{s.topologies, s.faults} {
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(&b, "  %-28s %d\n", k, m[k])
+		}
+	}
+	for _, f := range s.failures {
+		fmt.Fprintf(&b, "  FAIL %s\n", f)
+	}
+	return b.String()
+}
