@@ -244,17 +244,20 @@ func (f *fixture) addOldConstraint(t *testing.T, schema, table, name, def string
 }
 
 // TestApplyBusinessKeyOnUniqueIndex: the same tables through the scale-out
-// topology (the tailer and an applier), hard and soft deletes. The
-// appliers write through the same sink (they mirror no indexes: the change
-// records carry none), so what they must survive is a target that has the
-// deferrable constraint on the business key (one an older single daemon
-// built): a restarted applier drops it and goes on. One partition: the
-// cross-partition ordering of key-changing updates is issue 22 §2's.
+// topology (the tailer and two appliers, 4 partitions), hard and soft
+// deletes. The appliers write through the same sink (they mirror no
+// indexes: the change records carry none), so what they must survive is a
+// target that has the deferrable constraint on the business key (one an
+// older single daemon built): restarted appliers drop it and go on. With 4
+// partitions a key-changing update goes to its new key's partition and the
+// old key's delete rides with it, so the swaps through a temporary key (in
+// one transaction and across transactions) reach the members in any order:
+// the version guard and the tombstones must make every order converge.
 func TestApplyBusinessKeyOnUniqueIndex(t *testing.T) {
 	for _, soft := range []bool{false, true} {
 		t.Run(fmt.Sprintf("soft=%v", soft), func(t *testing.T) {
 			f := newFixture(t)
-			r, _ := f.newApplyRun(t, "it_applybk_", 98, 1, 50)
+			r, _ := f.newApplyRun(t, "it_applybk_", 98, 4, 50)
 			f.forgetStates(t, r.db)
 			setYAML(t, r.cfg, "  heartbeat: 1s\n", "  heartbeat: 1s\n"+bizkeySourceLines(r.db))
 			if soft {
@@ -264,7 +267,8 @@ func TestApplyBusinessKeyOnUniqueIndex(t *testing.T) {
 			ps := &procSet{f: f, t: t}
 			defer ps.killAll()
 			ps.start("run", "--config", r.cfg)
-			applier := ps.start("apply", "--config", r.cfg)
+			ps.start("apply", "--config", r.cfg)
+			ps.start("apply", "--config", r.cfg)
 			converge := func(step string) {
 				t.Helper()
 				for _, tb := range bizkeyTables {
@@ -273,20 +277,25 @@ func TestApplyBusinessKeyOnUniqueIndex(t *testing.T) {
 			}
 			for round := 0; round < 2; round++ {
 				bizkeyStream(t, f, r.db, round)
+				bizkeySwapAcross(t, f, r.db, round)
 			}
 			converge("streamed")
 			// The deferrable constraint an older release left on the
-			// business key; the applier restarts.
+			// business key; the appliers restart.
 			def := `UNIQUE ("order_id", "line_item_id") DEFERRABLE INITIALLY DEFERRED`
 			if soft {
 				def = `EXCLUDE USING btree ("order_id" WITH =, "line_item_id" WITH =) WHERE (NOT "_tm_deleted") DEFERRABLE INITIALLY DEFERRED`
 			}
 			f.addOldConstraint(t, r.db, "eq", "eq_uk", def, true)
-			applier.kill()
+			for _, d := range ps.procs[1:] {
+				d.kill()
+			}
 			ps.procs = ps.procs[:1]
-			applier = ps.start("apply", "--config", r.cfg)
+			ps.start("apply", "--config", r.cfg)
+			ps.start("apply", "--config", r.cfg)
 			bizkeyStream(t, f, r.db, 2)
-			converge("after the applier's restart")
+			bizkeySwapAcross(t, f, r.db, 2)
+			converge("after the appliers' restart")
 			for i, d := range ps.procs {
 				if s := d.stderr.String(); d.exited() || strings.Contains(s, "level=ERROR") {
 					t.Fatalf("process %d exited or logged an error:\n%s", i, tail(s, 20))
@@ -299,9 +308,36 @@ func TestApplyBusinessKeyOnUniqueIndex(t *testing.T) {
 				}
 				return
 			}
-			if got := keys(f.pgIndexes(t, r.db, "eq")); got != "" || !regexpContains(applier.stderr.String(), `dropping a deferrable constraint on the business key.*constraint=eq_uk`) {
-				t.Errorf("eq: target indexes %q, want the old constraint dropped:\n%s", got, tail(applier.stderr.String(), 20))
+			logs := ps.procs[1].stderr.String() + ps.procs[2].stderr.String()
+			if got := keys(f.pgIndexes(t, r.db, "eq")); got != "" || !regexpContains(logs, `dropping a deferrable constraint on the business key.*constraint=eq_uk`) {
+				t.Errorf("eq: target indexes %q, want the old constraint dropped:\n%s", got, tail(logs, 20))
 			}
 		})
+	}
+}
+
+// bizkeySwapAcross swaps two rows' keys through a temporary key, one
+// transaction per step (k1→tmp, k2→k1, tmp→k2), and then back again in one
+// transaction: the business key where the table has one, else the primary
+// key.
+func bizkeySwapAcross(t *testing.T, f *fixture, db string, round int) {
+	t.Helper()
+	for _, tb := range bizkeyTables {
+		n, col := tb.name, "order_id"
+		if tb.key == nil {
+			col = "id"
+		}
+		a, b := 200+round, 210+round
+		f.exec(t, "USE "+db,
+			fmt.Sprintf("UPDATE %s SET %s = -2 WHERE %s = %d", n, col, col, a),
+			fmt.Sprintf("UPDATE %s SET %s = %d WHERE %s = %d", n, col, a, col, b),
+			fmt.Sprintf("UPDATE %s SET %s = %d WHERE %s = -2", n, col, b, col),
+			// and a changed value after the swap, in its own transaction
+			fmt.Sprintf("UPDATE %s SET qty = qty + 1 WHERE %s IN (%d, %d)", n, col, a, b),
+			"BEGIN",
+			fmt.Sprintf("UPDATE %s SET %s = -3 WHERE %s = %d", n, col, col, b),
+			fmt.Sprintf("UPDATE %s SET %s = %d WHERE %s = %d", n, col, b, col, a),
+			fmt.Sprintf("UPDATE %s SET %s = %d WHERE %s = -3", n, col, a, col),
+			"COMMIT")
 	}
 }

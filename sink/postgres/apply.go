@@ -553,6 +553,11 @@ func (s *Sink) applyGroup(ctx context.Context, tx pgx.Tx, g *groupPlan, now time
 	if n := tag.RowsAffected(); n != int64(len(g.rows.rows)) {
 		return st, fmt.Errorf("stage rows for %s: copied %d of %d rows", d.display, n, len(g.rows.rows))
 	}
+	if stream && d.keyLockSQL != "" {
+		if _, err := tx.Exec(ctx, d.keyLockSQL, d.qname); err != nil {
+			return st, d.wrap("lock the staged keys of", err)
+		}
+	}
 	counted := g.nUpsert
 	if d.soft {
 		counted += g.nDelete

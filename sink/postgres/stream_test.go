@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -228,6 +229,22 @@ func TestKeepNullable(t *testing.T) {
 	}
 }
 
+// twoAppliers returns a table t (id, a) and two appliers (two Sinks on one
+// database, hard deletes, stream offsets): e, and other, the applier of
+// 1001's partition.
+func twoAppliers(t *testing.T) (*tidemark.Table, *env, *env) {
+	tbl := evoTable("t", tidemark.Column{Name: "id", Kind: tidemark.KindInt, Bits: 64}, tidemark.Column{Name: "a", Kind: tidemark.KindText, Nullable: true})
+	e := newEnv(t, withOffsets)
+	other := *e
+	other.sink = openSinkLike(t, e.sink.cfg)
+	return tbl, e, &other
+}
+
+// off is the offset of partition part of topic x moved to next.
+func off(part int32, next int64) []tidemark.StreamOffset {
+	return []tidemark.StreamOffset{{Group: "g", Topic: "x", Partition: part, Next: next, Prev: next - 1}}
+}
+
 // TestStaleTombstoneCacheOfAnotherApplier: two appliers (two Sinks on one
 // database, hard deletes) apply the partitions of a key-changing UPDATE
 // out of order. The source updates id 1 (v2, on id 1's partition), then
@@ -237,13 +254,7 @@ func TestKeepNullable(t *testing.T) {
 // applies v2: the tombstone must win, id 1 stays deleted (review finding 2:
 // the unguarded upsert brought it back).
 func TestStaleTombstoneCacheOfAnotherApplier(t *testing.T) {
-	tbl := evoTable("t", tidemark.Column{Name: "id", Kind: tidemark.KindInt, Bits: 64}, tidemark.Column{Name: "a", Kind: tidemark.KindText, Nullable: true})
-	e := newEnv(t, withOffsets)
-	other := *e
-	other.sink = openSinkLike(t, e.sink.cfg) // the applier of 1001's partition
-	off := func(part int32, next int64) []tidemark.StreamOffset {
-		return []tidemark.StreamOffset{{Group: "g", Topic: "x", Partition: part, Next: next, Prev: next - 1}}
-	}
+	tbl, e, other := twoAppliers(t)
 	first := []tidemark.StreamOffset{{Group: "g", Topic: "x", Partition: 0, Next: 1, Prev: -1}}
 	// id 1 is inserted; this applier reads (and caches) the table's
 	// newest tombstone: none.
@@ -253,6 +264,79 @@ func TestStaleTombstoneCacheOfAnotherApplier(t *testing.T) {
 	e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{upd(tbl, v(2, 1), []any{int64(1), "one"}, []any{int64(1), "x"})}, Offsets: off(0, 2), Refresh: true})
 	if got := e.rows(`SELECT id, a FROM ` + e.table("t") + ` ORDER BY id`); strings.Join(got, ",") != "1001|x" {
 		t.Fatalf("target rows %v, want only 1001|x (the source's)", got)
+	}
+}
+
+// TestConcurrentKeyChangeOfTwoAppliers: two appliers (two Sinks, hard
+// deletes) apply the partitions of a key that lives only briefly, at the
+// same time. The source moves row r to key 5 (v2, on 5's partition) and
+// then away to 1001 (v6, on 1001's partition). The applier of 1001 deletes
+// key 5 (there is none yet) and writes its tombstone; before it commits,
+// the applier of 5 writes v2. Each transaction missed the other's
+// uncommitted write (the guard's tombstone, the delete's row): both
+// committed, key 5 stayed in the target for good
+// (TestApplyBusinessKeyOnUniqueIndex with 4 partitions: 'extra 201|1').
+// The second must wait for the first and then lose to its tombstone.
+func TestConcurrentKeyChangeOfTwoAppliers(t *testing.T) {
+	ctx := context.Background()
+	tbl, e, other := twoAppliers(t)
+	e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(tbl, v(1, 1), int64(2), "r")}, Offsets: off(0, 0), Refresh: true})
+	other.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(tbl, v(1, 2), int64(500), "p")}, Offsets: off(1, 0), Refresh: true})
+
+	// Hold partition 1's offset row: the applier of 1001 then waits in
+	// its offset's compare-and-set, after its delete and tombstone.
+	hold, err := e.conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = hold.Rollback(ctx) }()
+	if _, err := hold.Exec(ctx, `SELECT 1 FROM `+offsetStore{e.store}.off()+` WHERE grp = 'g' AND topic = 'x' AND part = 1 FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	waiting := func(n int) bool {
+		t.Helper()
+		var got int
+		if err := other.sink.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type IN ('Lock', 'LWLock') AND pid <> pg_backend_pid()`).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		return got >= n
+	}
+	apply := func(s *Sink, b *tidemark.Batch) <-chan error {
+		c := make(chan error, 1)
+		go func() { _, err := s.Apply(ctx, b); c <- err }()
+		return c
+	}
+	gone := apply(other.sink, &tidemark.Batch{Source: "s", Changes: []tidemark.Change{upd(tbl, v(6, 1), []any{int64(5), "r"}, []any{int64(1001), "r"})}, Offsets: off(1, 1), Refresh: true})
+	for deadline := time.Now().Add(10 * time.Second); !waiting(1); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the applier of 1001 never waited on its offset")
+		}
+	}
+	early := apply(e.sink, &tidemark.Batch{Source: "s", Changes: []tidemark.Change{upd(tbl, v(2, 1), []any{int64(2), "r"}, []any{int64(5), "r"})}, Offsets: off(0, 1), Refresh: true})
+	// It either commits now (the bug) or waits for the other.
+	var earlyErr error
+	earlyDone := false
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && !earlyDone && !waiting(2); time.Sleep(20 * time.Millisecond) {
+		select {
+		case earlyErr = <-early:
+			earlyDone = true
+		default:
+		}
+	}
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-gone; err != nil {
+		t.Fatalf("apply of v6: %v", err)
+	}
+	if !earlyDone {
+		earlyErr = <-early
+	}
+	if earlyErr != nil {
+		t.Fatalf("apply of v2: %v", earlyErr)
+	}
+	if got := e.rows(`SELECT id, a FROM ` + e.table("t") + ` ORDER BY id`); strings.Join(got, ",") != "500|p,1001|r" {
+		t.Fatalf("target rows %v, want 500|p,1001|r (the source's): key 5 came back after its delete", got)
 	}
 }
 

@@ -71,6 +71,7 @@ type tableDef struct {
 	deleteSQL      string // hard only: ops 'd' and 'k'
 	tomb           string // hard only: the quoted tombstone table
 	tombWriteSQL   string // hard only: tombstones of ops 'd' and 'k'
+	keyLockSQL     string // hard only: locks the staged keys' stripes ($1 the target; tombstones.go)
 	copyColumns    []string
 	directColumns  []string // the direct insert path's COPY columns (direct.go)
 	stageCopySQL   string   // binary COPY into the staging table (encode.go)
@@ -346,7 +347,7 @@ func (d *tableDef) buildSQL() {
 		// row back.
 		guard, write := "", ""
 		if d.tomb != "" {
-			guard, write = tombstoneSQL(d.tomb, stage, t)
+			guard, write, d.keyLockSQL = tombstoneSQL(d.tomb, stage, t)
 		}
 		d.upsertSQL = upsert(fmt.Sprintf("= '%s'", opUpsert), false)
 		d.refreshSQL = upsert(fmt.Sprintf("= '%s'", opUpsert), true)

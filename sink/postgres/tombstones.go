@@ -234,7 +234,7 @@ func (s *Sink) tombCommitted(source string, next *tombSource) {
 // source, $3 generation). The key is the text of a ROW of the key columns'
 // texts (PostgreSQL quotes what needs it, so it is unambiguous), times in
 // UTC so that the session's TimeZone cannot change it.
-func tombstoneSQL(tomb, stage string, t *tidemark.Table) (guard, write string) {
+func tombstoneSQL(tomb, stage string, t *tidemark.Table) (guard, write, lock string) {
 	var parts []string
 	for _, k := range t.Key {
 		c := &t.Columns[k]
@@ -258,8 +258,28 @@ func tombstoneSQL(tomb, stage string, t *tidemark.Table) (guard, write string) {
 		tomb, key, seq, idx)
 	write = fmt.Sprintf("INSERT INTO %s (target, key, seq, idx, source, gen)\nSELECT $1, %s, s.%s, s.%s, $2, $3 FROM %s AS s WHERE s.%s IN ('%s', '%s')",
 		tomb, key, seq, idx, stage, tidemark.QuotePostgres(colOp), opDelete, opKeyGone)
-	return guard, write
+	// The guard reads the tombstones and the delete the target rows, each
+	// in its own snapshot: two members' transactions on one key (a
+	// key-changing UPDATE deletes its old key on the new key's partition
+	// while the old key's partition writes an older change of it) would
+	// each miss the other's uncommitted write and both commit, leaving
+	// the deleted key in the target. So an applier's batch first locks
+	// every staged key (transaction-scoped advisory locks, in order): the
+	// second transaction waits for the first, and its statements, in new
+	// snapshots, see the tombstone or the row. The keys are hashed into
+	// keyStripes stripes (with the target's name), which bounds the locks
+	// a transaction holds in PostgreSQL's shared lock table.
+	lock = fmt.Sprintf("SELECT count(pg_advisory_xact_lock(%d, l.b)) FROM (SELECT DISTINCT hashtext($1 || %s) & %d AS b FROM %s AS s ORDER BY 1) AS l",
+		keyLockClass, key, keyStripes-1, stage)
+	return guard, write, lock
 }
+
+// keyLockClass is the first key of the advisory locks on staged keys
+// ("tmky"); keyStripes the number of stripes (a power of two).
+const (
+	keyLockClass = 0x746d6b79
+	keyStripes   = 512
+)
 
 // tombMax returns the newest tombstone version of a target table (zero:
 // none), read once per table and raised as the sink writes more, so it is
