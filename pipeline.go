@@ -68,30 +68,48 @@ type PipelineConfig struct {
 	LockCheckInterval time.Duration
 }
 
+// The defaults of PipelineConfig's zero fields.
+const (
+	// DefaultMaxBatchChanges is MaxBatchChanges' default (batch.max_changes).
+	DefaultMaxBatchChanges = 5000
+	// DefaultMaxBatchBytes is MaxBatchBytes' default (batch.max_bytes).
+	DefaultMaxBatchBytes = 16 << 20
+	// DefaultMaxDelay is MaxDelay's default (batch.max_delay).
+	DefaultMaxDelay = 200 * time.Millisecond
+	// DefaultQueueChunks is QueueChunks' default.
+	DefaultQueueChunks = 4
+	// DefaultStopTimeout is StopTimeout's default.
+	DefaultStopTimeout = 30 * time.Second
+	// DefaultStateInterval is StateInterval's default.
+	DefaultStateInterval = 2 * time.Second
+	// DefaultLockCheckInterval is LockCheckInterval's default.
+	DefaultLockCheckInterval = 3 * time.Second
+)
+
 func (c *PipelineConfig) setDefaults() {
 	if c.MaxBatchChanges <= 0 {
-		c.MaxBatchChanges = 5000
+		c.MaxBatchChanges = DefaultMaxBatchChanges
 	}
 	if c.MaxBatchBytes <= 0 {
-		c.MaxBatchBytes = 16 << 20
+		c.MaxBatchBytes = DefaultMaxBatchBytes
 	}
 	if c.MaxDelay <= 0 {
-		c.MaxDelay = 200 * time.Millisecond
+		c.MaxDelay = DefaultMaxDelay
 	}
 	if c.QueueChunks <= 0 {
-		c.QueueChunks = 4
+		c.QueueChunks = DefaultQueueChunks
 	}
 	if c.StopTimeout <= 0 {
-		c.StopTimeout = 30 * time.Second
+		c.StopTimeout = DefaultStopTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.StateInterval <= 0 {
-		c.StateInterval = 2 * time.Second
+		c.StateInterval = DefaultStateInterval
 	}
 	if c.LockCheckInterval <= 0 {
-		c.LockCheckInterval = 3 * time.Second
+		c.LockCheckInterval = DefaultLockCheckInterval
 	}
 }
 

@@ -126,6 +126,22 @@ type Config struct {
 
 var systemSchemas = map[string]bool{"mysql": true, "information_schema": true, "performance_schema": true, "sys": true}
 
+// The defaults of Config's zero fields (Flavor, Version, ZeroDates and
+// the zone policy default to the named values above; ReadTimeout to three
+// heartbeats; TLS.Mode as tlsMode says).
+const (
+	// DefaultMaxChunkBytes is MaxChunkBytes' default.
+	DefaultMaxChunkBytes = 4 << 20
+	// DefaultMaxChunkChanges is MaxChunkChanges' default.
+	DefaultMaxChunkChanges = 10000
+	// DefaultHeartbeat is Heartbeat's default (source.heartbeat).
+	DefaultHeartbeat = 5 * time.Second
+	// DefaultQueryTimeout is QueryTimeout's default (source.query_timeout).
+	DefaultQueryTimeout = 5 * time.Minute
+	// DefaultBackoffAttempts is Backoff.Attempts' default.
+	DefaultBackoffAttempts = 20
+)
+
 func (c *Config) setDefaults() {
 	if c.Flavor == "" {
 		c.Flavor = FlavorMariaDB
@@ -151,22 +167,22 @@ func (c *Config) setDefaults() {
 		c.Zone.Location = time.UTC
 	}
 	if c.MaxChunkBytes <= 0 {
-		c.MaxChunkBytes = 4 << 20
+		c.MaxChunkBytes = DefaultMaxChunkBytes
 	}
 	if c.MaxChunkChanges <= 0 {
-		c.MaxChunkChanges = 10000
+		c.MaxChunkChanges = DefaultMaxChunkChanges
 	}
 	if c.Heartbeat <= 0 {
-		c.Heartbeat = 5 * time.Second
+		c.Heartbeat = DefaultHeartbeat
 	}
 	if c.ReadTimeout <= 0 {
 		c.ReadTimeout = 3 * c.Heartbeat
 	}
 	if c.QueryTimeout <= 0 {
-		c.QueryTimeout = 5 * time.Minute
+		c.QueryTimeout = DefaultQueryTimeout
 	}
 	if c.Backoff.Attempts == 0 {
-		c.Backoff.Attempts = 20
+		c.Backoff.Attempts = DefaultBackoffAttempts
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

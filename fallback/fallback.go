@@ -158,6 +158,21 @@ type CatchUp struct {
 	keys   tidemark.KeyTarget // nil: no key diff possible
 }
 
+// The defaults of Config's zero fields.
+const (
+	// DefaultLookback is Lookback's default (fallback.lookback).
+	DefaultLookback = 15 * time.Minute
+	// DefaultChunkRows is ChunkRows' default (fallback.chunk_rows).
+	DefaultChunkRows = 5000
+	// DefaultReadAhead is ReadAhead's default.
+	DefaultReadAhead = 2
+	// DefaultKeyChunkRows is KeyChunkRows' default.
+	DefaultKeyChunkRows = 10000
+	// DefaultFutureTolerance is FutureTolerance's default
+	// (fallback.future_tolerance).
+	DefaultFutureTolerance = 5 * time.Minute
+)
+
 // Validate checks the config and fills in defaults; errors name the field.
 func (cfg *Config) Validate() error {
 	if cfg.Source == "" {
@@ -167,28 +182,28 @@ func (cfg *Config) Validate() error {
 		return fmt.Errorf("fallback config: lookback: must be ≥ 0, got %s", cfg.Lookback)
 	}
 	if cfg.Lookback == 0 {
-		cfg.Lookback = 15 * time.Minute
+		cfg.Lookback = DefaultLookback
 	}
 	if cfg.ChunkRows < 0 || cfg.KeyChunkRows < 0 {
 		return errors.New("fallback config: chunk_rows: must be ≥ 0")
 	}
 	if cfg.ChunkRows == 0 {
-		cfg.ChunkRows = 5000
+		cfg.ChunkRows = DefaultChunkRows
 	}
 	if cfg.ReadAhead < 0 {
 		return fmt.Errorf("fallback config: read_ahead: must be ≥ 0, got %d", cfg.ReadAhead)
 	}
 	if cfg.ReadAhead == 0 {
-		cfg.ReadAhead = 2
+		cfg.ReadAhead = DefaultReadAhead
 	}
 	if cfg.KeyChunkRows == 0 {
-		cfg.KeyChunkRows = 10000
+		cfg.KeyChunkRows = DefaultKeyChunkRows
 	}
 	if cfg.FutureTolerance < 0 {
 		return fmt.Errorf("fallback config: future_tolerance: must be ≥ 0, got %s", cfg.FutureTolerance)
 	}
 	if cfg.FutureTolerance == 0 {
-		cfg.FutureTolerance = 5 * time.Minute
+		cfg.FutureTolerance = DefaultFutureTolerance
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

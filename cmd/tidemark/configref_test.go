@@ -10,8 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"tidemark"
+	"tidemark/binlog"
 	"tidemark/dedupe"
+	"tidemark/fallback"
 	"tidemark/sink/kafka"
+	"tidemark/sink/postgres"
 	"tidemark/verify"
 )
 
@@ -151,6 +155,15 @@ func codeDefaults(t *testing.T) map[string]any {
 		"target.kafka.transaction_timeout":  kafka.DefaultTransactionTimeout,
 		"target.kafka.max_buffered_records": kafka.DefaultMaxBufferedRecords,
 		"target.kafka.max_buffered_bytes":   kafka.DefaultMaxBufferedBytes,
+		"batch.max_changes":                 tidemark.DefaultMaxBatchChanges,
+		"batch.max_bytes":                   tidemark.DefaultMaxBatchBytes,
+		"batch.max_delay":                   tidemark.DefaultMaxDelay,
+		"fallback.lookback":                 fallback.DefaultLookback,
+		"fallback.chunk_rows":               fallback.DefaultChunkRows,
+		"fallback.future_tolerance":         fallback.DefaultFutureTolerance,
+		"target.postgres.apply_timeout":     postgres.DefaultApplyTimeout,
+		"source.heartbeat":                  binlog.DefaultHeartbeat,
+		"source.query_timeout":              binlog.DefaultQueryTimeout,
 		"metrics.retention_interval":        m.RetentionInterval,
 		"batch.flush_when_idle":             cfg.Batch.FlushWhenIdle == nil || *cfg.Batch.FlushWhenIdle,
 	}

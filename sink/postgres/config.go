@@ -76,6 +76,10 @@ type Config struct {
 	SkipInit bool
 }
 
+// DefaultApplyTimeout is Config.ApplyTimeout's default
+// (target.postgres.apply_timeout).
+const DefaultApplyTimeout = 30 * time.Second
+
 func (c Config) withDefaults() Config {
 	if c.DeleteMode == "" {
 		c.DeleteMode = DeleteHard
@@ -88,7 +92,7 @@ func (c Config) withDefaults() Config {
 	}
 	c.Schema = c.Schema.withDefaults()
 	if c.ApplyTimeout <= 0 {
-		c.ApplyTimeout = 30 * time.Second
+		c.ApplyTimeout = DefaultApplyTimeout
 	}
 	return c
 }
