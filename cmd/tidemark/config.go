@@ -164,8 +164,11 @@ func (c *Config) lagBudget() time.Duration {
 	if c.Source.LagBudget > 0 {
 		return c.Source.LagBudget
 	}
-	return 24 * time.Hour
+	return DefaultLagBudget
 }
+
+// DefaultLagBudget is source.lag_budget's default.
+const DefaultLagBudget = 24 * time.Hour
 
 // ZoneConfig is a time-zone override.
 type ZoneConfig struct {
@@ -227,9 +230,28 @@ type BatchConfig struct {
 
 // LogConfig configures logging.
 type LogConfig struct {
-	Level  string `yaml:"level"`
+	// Level is debug, info, warn or error (default DefaultLogLevel).
+	Level string `yaml:"level"`
+	// Format is text or json (default DefaultLogFormat).
 	Format string `yaml:"format"`
 }
+
+// The defaults of log.level and log.format.
+const (
+	DefaultLogLevel  = "info"
+	DefaultLogFormat = "text"
+)
+
+// level is log.level or its default.
+func (c LogConfig) level() string {
+	if c.Level == "" {
+		return DefaultLogLevel
+	}
+	return c.Level
+}
+
+// flushWhenIdle is batch.flush_when_idle or its default (true).
+func (c BatchConfig) flushWhenIdle() bool { return c.FlushWhenIdle == nil || *c.FlushWhenIdle }
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 

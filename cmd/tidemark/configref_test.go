@@ -164,8 +164,10 @@ func codeDefaults(t *testing.T) map[string]any {
 		"target.postgres.apply_timeout":     postgres.DefaultApplyTimeout,
 		"source.heartbeat":                  binlog.DefaultHeartbeat,
 		"source.query_timeout":              binlog.DefaultQueryTimeout,
+		"log.level":                         cfg.Log.level(),
+		"log.format":                        DefaultLogFormat,
 		"metrics.retention_interval":        m.RetentionInterval,
-		"batch.flush_when_idle":             cfg.Batch.FlushWhenIdle == nil || *cfg.Batch.FlushWhenIdle,
+		"batch.flush_when_idle":             cfg.Batch.flushWhenIdle(),
 	}
 }
 

@@ -184,7 +184,7 @@ func formatVersion(version, commit string, settings []debug.BuildSetting, goVers
 
 func newLogger(cfg LogConfig, w io.Writer) *slog.Logger {
 	var level slog.Level
-	_ = level.UnmarshalText([]byte(orDefault(cfg.Level, "info")))
+	_ = level.UnmarshalText([]byte(cfg.level()))
 	opts := &slog.HandlerOptions{Level: level}
 	if cfg.Format == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
@@ -476,7 +476,7 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 	}
 	pc2 := tidemark.PipelineConfig{
 		Source: bc.Name, MaxBatchChanges: cfg.Batch.MaxChanges, MaxBatchBytes: cfg.Batch.MaxBytes,
-		MaxDelay: cfg.Batch.MaxDelay, FlushWhenIdle: cfg.Batch.FlushWhenIdle == nil || *cfg.Batch.FlushWhenIdle, Logger: log.With("component", "pipeline"), OnApply: onApply,
+		MaxDelay: cfg.Batch.MaxDelay, FlushWhenIdle: cfg.Batch.flushWhenIdle(), Logger: log.With("component", "pipeline"), OnApply: onApply,
 		OnTableState: func(st tidemark.TableState) {
 			if d.onTableState != nil {
 				d.onTableState(st)
