@@ -621,12 +621,15 @@ type MetricsConfig struct {
 // DefaultMetricsListen is the default metrics address.
 const DefaultMetricsListen = "127.0.0.1:9650"
 
+// DefaultRetentionInterval is metrics.retention_interval's default.
+const DefaultRetentionInterval = time.Minute
+
 func (c MetricsConfig) withDefaults() MetricsConfig {
 	if c.Listen == "" {
 		c.Listen = DefaultMetricsListen
 	}
 	if c.RetentionInterval <= 0 {
-		c.RetentionInterval = time.Minute
+		c.RetentionInterval = DefaultRetentionInterval
 	}
 	return c
 }
