@@ -183,54 +183,107 @@ func (partitionZero) Partition(*kgo.Record, int) int       { return 0 }
 // one record to the partition, so a commit marker with no record of its
 // producer in the window means the transaction began below the window: the
 // window then grows. Compaction keeps the newest record of each source.
+//
+// A record of source of this sink's own producer, newer than the committed
+// one, in a transaction still open makes the answer unknown: Kafka answers
+// EndTxn before the coordinator has written the commit marker, so right
+// after a commit the sink's own record is read as open (and on a new topic
+// the read found "no checkpoint"). The read is then repeated until that
+// transaction ends; one still open after openWait is an error naming it,
+// never an older answer. Another producer's open transaction is left out as
+// before: the daemon reads after Activate, which makes the broker finish the
+// transaction an older instance of its id left.
 func (s *Sink) readCheckpoint(ctx context.Context, source string) (checkpoint, sourceState, bool, error) {
+	deadline := time.Now().Add(s.openWait())
+	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
+		c, st, ok, open, err := s.readCheckpointOnce(ctx, source)
+		if err != nil || open == nil {
+			return c, st, ok, err
+		}
+		if time.Now().After(deadline) {
+			return checkpoint{}, sourceState{}, false, fmt.Errorf("read checkpoint of %s: its record at %s/0@%d is in a transaction (producer id %d) still open after %s: the checkpoint is unknown until that transaction ends",
+				source, s.cfg.CheckpointTopic, open.Offset, open.ProducerID, s.openWait())
+		}
+		select {
+		case <-ctx.Done():
+			return checkpoint{}, sourceState{}, false, fmt.Errorf("read checkpoint of %s: waiting for the transaction of its record at %s/0@%d to end: %w", source, s.cfg.CheckpointTopic, open.Offset, ctx.Err())
+		case <-time.After(pause):
+		}
+	}
+}
+
+// openWait bounds how long readCheckpoint waits for an open transaction.
+func (s *Sink) openWait() time.Duration {
+	if s.openWaitTest > 0 {
+		return s.openWaitTest
+	}
+	return defaultOpenWait
+}
+
+// defaultOpenWait: a commit marker normally follows EndTxn within
+// milliseconds; a transaction open longer is another writer's.
+const defaultOpenWait = 15 * time.Second
+
+// committedPID returns the producer id of the sink's last commit, if any.
+func (s *Sink) committedPID() (int64, bool) {
+	return s.lastPID, s.hasLastPID
+}
+
+// readCheckpointOnce is one read of readCheckpoint; open is the newest
+// record of source in a still-open transaction, when it is newer than the
+// committed one.
+func (s *Sink) readCheckpointOnce(ctx context.Context, source string) (_ checkpoint, _ sourceState, _ bool, open *kgo.Record, _ error) {
 	topic := s.cfg.CheckpointTopic
 	starts, err := s.adm.ListStartOffsets(ctx, topic)
 	if err == nil {
 		err = starts.Error()
 	}
 	if err != nil {
-		return checkpoint{}, sourceState{}, false, fmt.Errorf("list start offset of %s: %w", topic, err)
+		return checkpoint{}, sourceState{}, false, nil, fmt.Errorf("list start offset of %s: %w", topic, err)
 	}
 	ends, err := s.adm.ListEndOffsets(ctx, topic)
 	if err == nil {
 		err = ends.Error()
 	}
 	if err != nil {
-		return checkpoint{}, sourceState{}, false, fmt.Errorf("list end offset of %s: %w", topic, err)
+		return checkpoint{}, sourceState{}, false, nil, fmt.Errorf("list end offset of %s: %w", topic, err)
 	}
 	so, ok1 := starts.Lookup(topic, 0)
 	eo, ok2 := ends.Lookup(topic, 0)
 	if !ok1 || !ok2 {
-		return checkpoint{}, sourceState{}, false, fmt.Errorf("list offsets of %s: no partition 0", topic)
+		return checkpoint{}, sourceState{}, false, nil, fmt.Errorf("list offsets of %s: no partition 0", topic)
 	}
 	start, end := so.Offset, eo.Offset
 	if end <= start {
-		return checkpoint{}, sourceState{}, false, nil
+		return checkpoint{}, sourceState{}, false, nil, nil
 	}
 	for window := int64(64); ; window *= 8 {
 		lo := max(start, end-window)
-		rec, orphan, err := s.scanCheckpoints(ctx, lo, end, source)
+		rec, open, orphan, err := s.scanCheckpoints(ctx, lo, end, source)
 		if err != nil {
-			return checkpoint{}, sourceState{}, false, err
+			return checkpoint{}, sourceState{}, false, nil, err
 		}
 		if (rec != nil && !orphan) || lo == start {
+			if open != nil && (rec == nil || open.Offset > rec.Offset) {
+				return checkpoint{}, sourceState{}, false, open, nil
+			}
 			if rec == nil {
-				return checkpoint{}, sourceState{}, false, nil
+				return checkpoint{}, sourceState{}, false, nil, nil
 			}
 			c, st, err := parseCheckpoint(source, rec.Value)
 			if err != nil {
-				return checkpoint{}, sourceState{}, false, fmt.Errorf("read checkpoint at %s/0@%d: %w", topic, rec.Offset, err)
+				return checkpoint{}, sourceState{}, false, nil, fmt.Errorf("read checkpoint at %s/0@%d: %w", topic, rec.Offset, err)
 			}
-			return c, st, true, nil
+			return c, st, true, nil, nil
 		}
 	}
 }
 
 // scanCheckpoints reads partition 0 of the checkpoint topic from lo up to
 // end (exclusive) and returns the last committed record with key source.
-// orphan reports a commit marker whose transaction began below lo.
-func (s *Sink) scanCheckpoints(ctx context.Context, lo, end int64, source string) (last *kgo.Record, orphan bool, err error) {
+// open is the record with key source of this sink's own producer (after a
+// commit of its own) whose transaction is still open at end; orphan reports a commit marker whose transaction began below lo.
+func (s *Sink) scanCheckpoints(ctx context.Context, lo, end int64, source string) (last, open *kgo.Record, orphan bool, err error) {
 	// The records up to end exist, so this is quick unless the broker is
 	// unreachable or the tail was removed (the caller retries).
 	ctx, cancel := context.WithTimeout(ctx, scanTimeout)
@@ -246,7 +299,7 @@ func (s *Sink) scanCheckpoints(ctx context.Context, lo, end int64, source string
 		kgo.KeepControlRecords(),
 	}, s.cfg.kgoOpts...)...)
 	if err != nil {
-		return nil, false, fmt.Errorf("read checkpoint topic %s: %w", s.cfg.CheckpointTopic, err)
+		return nil, nil, false, fmt.Errorf("read checkpoint topic %s: %w", s.cfg.CheckpointTopic, err)
 	}
 	defer cl.Close()
 
@@ -254,7 +307,7 @@ func (s *Sink) scanCheckpoints(ctx context.Context, lo, end int64, source string
 	for {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return nil, false, fmt.Errorf("read checkpoint topic %s/0 from %d to %d: %w", s.cfg.CheckpointTopic, lo, end, err)
+			return nil, nil, false, fmt.Errorf("read checkpoint topic %s/0 from %d to %d: %w", s.cfg.CheckpointTopic, lo, end, err)
 		}
 		var ferr error
 		fs.EachError(func(t string, p int32, err error) {
@@ -263,7 +316,7 @@ func (s *Sink) scanCheckpoints(ctx context.Context, lo, end int64, source string
 			}
 		})
 		if ferr != nil {
-			return nil, false, ferr
+			return nil, nil, false, ferr
 		}
 		done := false
 		fs.EachRecord(func(r *kgo.Record) {
@@ -295,7 +348,10 @@ func (s *Sink) scanCheckpoints(ctx context.Context, lo, end int64, source string
 			}
 		})
 		if done {
-			return last, orphan, nil
+			if own, ok := s.committedPID(); ok {
+				open = pending[own]
+			}
+			return last, open, orphan, nil
 		}
 	}
 }
