@@ -25,7 +25,6 @@ var ciSeeds = []uint64{119, 139, 233, 135, 247, 38, 193, 6, 273, 274, 294, 279, 
 // `make nemesis SEED=…`, and move to ciSeeds when the fix lands.
 var knownFailing = map[uint64]string{
 	105: "scale-out: after a first-run snapshot, ADD COLUMN … NOT NULL DEFAULT (a backfill) and a MariaDB restart, every applier stops: the row was written with table schema X, but the schema last announced on the partition is Y (issue 22, finding 3's family)",
-	65:  "scale-out (2 appliers, 6 partitions, a standby tailer, hard deletes): after kill -9 of the tailer twice and of an applier, under key-changing updates, a row the source no longer has stays in the target (t2, composite PK: extra 33|k1ü), nothing logged",
 	127: "scale-out: a PostgreSQL immediate restart stops the tailer (exit 1, \"lock source …: unexpected EOF\"): its only PostgreSQL use is the source lock, and losing the lock's session is fatal instead of retried",
 }
 
