@@ -348,6 +348,17 @@ func (c *campaign) setup() {
 	for i := 0; i < c.s.members; i++ {
 		c.appliers = append(c.appliers, c.start(fmt.Sprintf("applier %d", i), "apply", "--config", c.cfg))
 	}
+	if c.s.start == "snapshot" && c.chance("kill_during_snapshot", 0.5) {
+		// kill -9 of the tailer inside its first-run snapshot, 1–3 times,
+		// under a light load with deletes (issue 22 §1b).
+		for i := c.intn("snapshot_kills", 1, 3); i > 0; i-- {
+			c.burst(c.intn("txns", 1, 10), true)
+			c.sleep(time.Duration(c.intn("snapshot_kill_ms", 100, 2500)) * time.Millisecond)
+			c.res.faults["kill9_during_snapshot"]++
+			c.tailer.kill()
+			c.tailer = c.start("tailer", "run", "--config", c.cfg)
+		}
+	}
 }
 
 // dryRun draws seed's campaign without running it.
