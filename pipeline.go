@@ -325,10 +325,15 @@ func (p *Pipeline) provenSoleWriter(ctx context.Context) error {
 	return nil
 }
 
+// lockRetryFor is how long lockSource tries again after failed attempts.
+const lockRetryFor = 30 * time.Second
+
 // lockSource takes the source's lock, waiting while another process holds
-// it. It returns a nil release when ctx is done first.
+// it, and trying again for lockRetryFor while the attempt fails (the target
+// restarting). It returns a nil release when ctx is done first.
 func (p *Pipeline) lockSource(ctx context.Context, l SourceLocker) (func(), error) {
 	logged := false
+	var first time.Time // of the current run of failed attempts
 	for {
 		release, ok, err := l.TryLockSource(ctx, p.cfg.Source)
 		if errors.Is(err, errors.ErrUnsupported) {
@@ -338,12 +343,22 @@ func (p *Pipeline) lockSource(ctx context.Context, l SourceLocker) (func(), erro
 			if ctx.Err() != nil {
 				return nil, nil
 			}
-			return nil, fmt.Errorf("lock source %s: %w", p.cfg.Source, err)
-		}
-		if ok {
+			// The target may be restarting (a daemon started during a
+			// PostgreSQL restart): try again for lockRetryFor, then stop
+			// with the error.
+			if first.IsZero() {
+				first = time.Now()
+				p.cfg.Logger.Warn("cannot take the source lock; trying again", "source", p.cfg.Source, "for", lockRetryFor, "err", err)
+			}
+			if time.Since(first) > lockRetryFor {
+				return nil, fmt.Errorf("lock source %s: %w", p.cfg.Source, err)
+			}
+		} else if ok {
 			return release, nil
+		} else {
+			first = time.Time{}
 		}
-		if !logged {
+		if err == nil && !logged {
 			p.cfg.Logger.Warn("another tidemark process is streaming this source; waiting for it to stop", "source", p.cfg.Source)
 			logged = true
 		}
