@@ -30,23 +30,8 @@ func (c *campaign) ddl() {
 		typ := f.sqlType
 		if kind == "add_column_default" {
 			// Existing rows get a value no row event carries: a backfill.
-			typ = strings.Replace(typ, " NULL", "", 1)
-			typ += " NOT NULL DEFAULT " + map[bool]string{true: "0", false: "'x'"}[strings.Contains("int ubig dec dbl bit year bool", f.name)]
-			if !strings.Contains("int ubig dec dbl bit year bool utf8 latin1 char", f.name) {
-				f = familyByName("utf8")
-				typ = "VARCHAR(64) NOT NULL DEFAULT 'backfilled'"
-			}
-		}
-		if kind == "add_column_default" {
-			// NOT NULL now: the generator must not write NULL.
-			gen, def := f.gen, typ[strings.LastIndex(typ, " ")+1:]
-			f.gen = func(r *rand.Rand) string {
-				if v := gen(r); v != "NULL" {
-					return v
-				}
-				return def
-			}
-			f.sqlType, f.widen = typ, ""
+			f = backfill(f)
+			typ = f.sqlType
 		}
 		name := fmt.Sprintf("c%d_%s", tb.colSeq, f.name)
 		tb.colSeq++
@@ -160,6 +145,38 @@ func (c *campaign) ddl() {
 		return
 	}
 	c.burst(c.intn("txns", 2, 20), true)
+}
+
+// backfill is family f as a column added with NOT NULL DEFAULT (existing
+// rows get a value no row event carries): its type without its own
+// nullability and default, NOT NULL DEFAULT 0 for the numeric families,
+// 'x' for the short strings, and a utf8mb4 VARCHAR for the others; its
+// generator never writes NULL.
+func backfill(f family) family {
+	base := f.sqlType
+	if i := strings.Index(base, " NOT NULL"); i >= 0 {
+		base = base[:i]
+	} else {
+		base = strings.TrimSuffix(base, " NULL")
+	}
+	def := ""
+	switch f.name {
+	case "int", "ubig", "dec", "dbl", "bit", "year", "bool":
+		def = "0"
+	case "utf8", "latin1", "char":
+		def = "'x'"
+	default:
+		f, base, def = familyByName("utf8"), "VARCHAR(64)", "'backfilled'"
+	}
+	gen := f.gen
+	f.gen = func(r *rand.Rand) string {
+		if v := gen(r); v != "NULL" {
+			return v
+		}
+		return def
+	}
+	f.sqlType, f.widen = base+" NOT NULL DEFAULT "+def, ""
+	return f
 }
 
 // cutover is gh-ost's / pt-online-schema-change's: a ghost table created
