@@ -89,7 +89,7 @@ func (s *Sink) apply(ctx context.Context, b *tidemark.Batch, missing *bool) (tid
 		}
 		return st, nil
 	}
-	// Create or evolve the target tables (schema changes: ddl.go), each in
+	// Create or evolve the target tables (schema changes: evolve.go, ensure.go), each in
 	// its own transaction, in batch order. A new schema that cannot be
 	// followed is a *tidemark.TableError: the pipeline quarantines the
 	// table.

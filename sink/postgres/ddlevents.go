@@ -1,0 +1,238 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"tidemark"
+)
+
+var _ tidemark.DDLSink = (*Sink)(nil)
+
+// ApplyDDL implements tidemark.DDLSink: the events and the checkpoint in one
+// transaction, under the DDL lock.
+//
+//   - TRUNCATE truncates the target table (ddl.truncate: apply) or is
+//     refused (a *tidemark.TableError wrapping tidemark.ErrDDLRefused).
+//   - DROP TABLE drops the target table and forgets the table's state and
+//     watermark (ddl.drop_table: apply), or is refused.
+//   - ALTER TABLE renames target columns (their data stays), drops the
+//     columns the source dropped (drop_columns: drop) or records them as
+//     kept, and drops a kept column the source adds again (existing rows
+//     have NULL there in the source). Types are followed when rows with
+//     the new schema arrive.
+//
+// A TableError is never retried and nothing is committed; the pipeline
+// quarantines the table and calls ApplyDDL again without it.
+func (s *Sink) ApplyDDL(ctx context.Context, source string, events []tidemark.DDLEvent, checkpoint tidemark.Position) error {
+	touched := map[tidemark.TableID]bool{}
+	err := tidemark.Retry(ctx, "apply DDL of source "+source, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+		return redact(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", ddlLockKey); err != nil {
+				return fmt.Errorf("lock for DDL: %w", err)
+			}
+			for _, ev := range events {
+				touched[ev.Table] = true
+				if err := s.applyEvent(ctx, tx, source, ev); err != nil {
+					return err
+				}
+			}
+			if !checkpoint.IsZero() {
+				return s.cfg.Checkpoints.SavePosition(ctx, querier{tx}, source, checkpoint)
+			}
+			return nil
+		}), s.secret)
+	})
+	for id := range touched {
+		s.forgetTable(id)
+	}
+	if err != nil {
+		return redact(err, s.secret)
+	}
+	return nil
+}
+
+func (s *Sink) applyEvent(ctx context.Context, tx pgx.Tx, source string, ev tidemark.DDLEvent) error {
+	policy := s.cfg.Schema
+	_, _, qname, err := s.targetOf(ev.Table)
+	if err != nil {
+		return err // a *tidemark.TableError
+	}
+	refused := func(stmt, key string) error {
+		return &tidemark.TableError{Table: ev.Table, Err: fmt.Errorf("%s refused by the configuration (ddl.%s: refuse); the target table %s is kept as it was: %w",
+			stmt, key, qname, tidemark.ErrDDLRefused)}
+	}
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", qname).Scan(&exists); err != nil {
+		return fmt.Errorf("look up %s: %w", qname, err)
+	}
+	switch ev.Op {
+	case tidemark.DDLTruncate:
+		if !exists {
+			return nil // nothing to keep or to truncate
+		}
+		if policy.Truncate != ApplyDDL {
+			return refused("TRUNCATE", "truncate")
+		}
+		s.log.Info("truncating target table (source TRUNCATE)", "table", qname, "source_table", ev.Table.String())
+		if _, err := tx.Exec(ctx, "TRUNCATE "+qname); err != nil {
+			return fmt.Errorf("truncate %s: %w", qname, err)
+		}
+	case tidemark.DDLDropTable:
+		// Refused only when there is a target table to keep: a table
+		// created and dropped before any row reached the target (a
+		// staging table, say) is simply forgotten.
+		if exists && policy.DropTable != ApplyDDL {
+			stmt := "DROP TABLE"
+			if ev.Reason != "" {
+				stmt += " (" + ev.Reason + ")"
+			}
+			return refused(stmt, "drop_table")
+		}
+		if exists {
+			s.log.Info("dropping target table (source DROP TABLE)", "table", qname, "source_table", ev.Table.String(), "reason", ev.Reason)
+			if _, err := tx.Exec(ctx, "DROP TABLE "+qname); err != nil {
+				return fmt.Errorf("drop %s: %w", qname, err)
+			}
+		}
+		if store, ok := s.cfg.Checkpoints.(tidemark.TableStateStore); ok {
+			if err := store.DeleteTableState(ctx, querier{tx}, source, ev.Table); err != nil {
+				return err
+			}
+			if err := store.DeleteWatermark(ctx, querier{tx}, source, ev.Table); err != nil {
+				return err
+			}
+		}
+	case tidemark.DDLAlterTable:
+		if !exists {
+			return nil
+		}
+		return s.alterEvent(ctx, tx, qname, ev)
+	}
+	return nil
+}
+
+// alterEvent applies what an ALTER TABLE event shows and a row schema
+// cannot: renames, drops and re-adds.
+func (s *Sink) alterEvent(ctx context.Context, tx pgx.Tx, qname string, ev tidemark.DDLEvent) error {
+	t, err := readTarget(ctx, tx, qname)
+	if err != nil {
+		return fmt.Errorf("read the target schema of %s: %w", qname, err)
+	}
+	if !t.exists {
+		return nil
+	}
+	q := tidemark.QuotePostgres
+	a := t.align
+	var before []byte
+	if a != nil {
+		before, _ = json.Marshal(a)
+	}
+	exec := func(stmt string) error {
+		s.log.Info("following a schema change of the source", "table", qname, "source_table", ev.Table.String(), "ddl", stmt)
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("alter %s: %w", qname, err)
+		}
+		return nil
+	}
+	has := func(c string) bool { _, ok := t.types[c]; return ok }
+	for _, r := range ev.Renames {
+		if err := checkColumnName(r.To); err != nil {
+			return &tidemark.TableError{Table: ev.Table, Err: fmt.Errorf("rename column %q: %w", r.From, err)}
+		}
+		if !has(r.From) {
+			continue // already renamed (a replay), or never written
+		}
+		if has(r.To) {
+			if a == nil || !slices.Contains(a.Kept, r.To) {
+				return &tidemark.TableError{Table: ev.Table, Err: fmt.Errorf("rename column %q to %q: the target %s already has a column %q: %w",
+					r.From, r.To, qname, r.To, tidemark.ErrIncompatibleSchema)}
+			}
+			if err := exec("ALTER TABLE " + qname + " DROP COLUMN " + q(r.To)); err != nil {
+				return err
+			}
+			a.Kept = slices.DeleteFunc(a.Kept, func(s string) bool { return s == r.To })
+		}
+		if err := exec("ALTER TABLE " + qname + " RENAME COLUMN " + q(r.From) + " TO " + q(r.To)); err != nil {
+			return err
+		}
+		t.types[r.To] = t.types[r.From]
+		delete(t.types, r.From)
+		if a != nil {
+			for i := range a.Columns {
+				if a.Columns[i].Name == r.From {
+					a.Columns[i].Name = r.To
+				}
+			}
+			for i := range a.Key {
+				if a.Key[i] == r.From {
+					a.Key[i] = r.To
+				}
+			}
+			for i := range a.Kept {
+				if a.Kept[i] == r.From {
+					a.Kept[i] = r.To
+				}
+			}
+		}
+	}
+	for _, c := range ev.Dropped {
+		if !has(c) || slices.Contains(t.key, c) {
+			continue
+		}
+		if a != nil {
+			a.Columns = slices.DeleteFunc(a.Columns, func(x alignedColumn) bool { return x.Name == c })
+		}
+		if s.cfg.Schema.DropColumns == DropColumns {
+			if err := exec("ALTER TABLE " + qname + " DROP COLUMN " + q(c)); err != nil {
+				return err
+			}
+			delete(t.types, c)
+			if a != nil {
+				a.Kept = slices.DeleteFunc(a.Kept, func(s string) bool { return s == c })
+			}
+		} else {
+			if a != nil && !slices.Contains(a.Kept, c) {
+				a.Kept = append(a.Kept, c)
+			}
+			if t.notNull[c] {
+				// Rows inserted from now on have no value for it.
+				if err := exec("ALTER TABLE " + qname + " ALTER COLUMN " + q(c) + " DROP NOT NULL"); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for _, c := range ev.Added {
+		if !has(c) || a == nil || !slices.Contains(a.Kept, c) {
+			continue
+		}
+		// A kept column added again: its old values are not the source's
+		// (NULL, or a default the backfill brings).
+		if err := exec("ALTER TABLE " + qname + " DROP COLUMN " + q(c)); err != nil {
+			return err
+		}
+		delete(t.types, c)
+		a.Kept = slices.DeleteFunc(a.Kept, func(s string) bool { return s == c })
+	}
+	if a != nil && ev.IndexesRead && !s.cfg.SkipIndexes {
+		// The indexes as the source has them after the statement.
+		if _, err := s.mirrorTx(ctx, tx, ev.Table, qname, t, a, ev.Indexes, false); err != nil {
+			return err
+		}
+	}
+	if a != nil {
+		slices.Sort(a.Kept)
+		if after, _ := json.Marshal(a); string(after) == string(before) {
+			return nil
+		}
+		if err := setAlignment(ctx, tx, qname, a); err != nil {
+			return fmt.Errorf("record the schema of %s: %w", qname, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,220 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"tidemark"
+)
+
+// ensureTx creates or evolves d's target table in tx (holding the DDL lock).
+//
+// directSafe is set when the direct insert path may be used: the target's
+// primary key is the business key and is checked at once (not deferred), so
+// a COPY of an existing key fails instead of adding a second row. proj is
+// set when d is an older layout than the table's whose rows leave columns
+// out (older.go).
+func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, directSafe *bool, proj **projection) error {
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", ddlLockKey); err != nil {
+		return d.wrap("lock for DDL on table", err)
+	}
+	t, err := readTarget(ctx, tx, d.qname)
+	if err != nil {
+		return d.wrap("read the target schema of", err)
+	}
+	if !t.exists {
+		if err := d.create(ctx, tx); err != nil {
+			return err
+		}
+		if err := setAlignment(ctx, tx, d.qname, alignmentOf(d.table)); err != nil {
+			return d.wrap("record the schema of", err)
+		}
+		*directSafe = true // created with the business key as primary key
+		return s.ensureIndexes(ctx, tx, d)
+	}
+	for _, c := range []string{colSeq, colIdx, colCommitTime, colLoadedAt} {
+		if _, ok := t.types[c]; !ok {
+			return fmt.Errorf("check table %s: target table has no column %q (source table %s): it is not a tidemark table", d.display, c, d.id)
+		}
+	}
+	if d.soft {
+		for _, c := range []string{colDeleted, colDeletedAt} {
+			if _, ok := t.types[c]; !ok {
+				return fmt.Errorf("check table %s: target table has no column %q (source table %s): it was created for delete_mode hard", d.display, c, d.id)
+			}
+		}
+	}
+	if olderLayout(d, t) {
+		p, err := s.fitOlder(ctx, tx, d, t)
+		*proj = p
+		return err
+	}
+	ev, err := d.evolve(t, s.cfg.Schema)
+	if err != nil {
+		return err
+	}
+	for _, stmt := range ev.stmts {
+		s.log.Info("following a schema change of the source", "table", d.display, "source_table", d.id.String(), "ddl", stmt)
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			if cerr := constraintFailed(d.id, d.display, err); cerr != nil {
+				return cerr
+			}
+			return d.wrap("alter table", err)
+		}
+	}
+	drops, err := deferredKeyConstraints(ctx, tx, d, t)
+	if err != nil {
+		return err
+	}
+	for _, sp := range drops {
+		s.log.Info("dropping a deferrable constraint on the business key (the primary key enforces it; ON CONFLICT cannot use a deferrable arbiter)",
+			"table", d.display, "source_table", d.id.String(), "constraint", sp.name, "ddl", sp.drop)
+		if _, err := tx.Exec(ctx, sp.drop); err != nil {
+			return d.wrap("alter table", err)
+		}
+	}
+	if len(drops) > 0 {
+		ev.align.Indexes = t.align.Indexes
+	}
+	if t.align == nil || len(ev.stmts) > 0 || len(drops) > 0 || !sameAlignment(t.align, ev.align) {
+		if err := setAlignment(ctx, tx, d.qname, ev.align); err != nil {
+			return d.wrap("record the schema of", err)
+		}
+	}
+	if len(ev.stmts) > 0 {
+		if t, err = readTarget(ctx, tx, d.qname); err != nil {
+			return d.wrap("read the target schema of", err)
+		}
+	}
+	if slices.Equal(t.key, d.table.KeyNames()) && directTypesMatch(t, d) {
+		if err := tx.QueryRow(ctx, "SELECT COALESCE(bool_and(indimmediate), false) FROM pg_index WHERE indrelid = $1::regclass AND indisprimary",
+			d.qname).Scan(directSafe); err != nil {
+			return d.wrap("read the primary key of", err)
+		}
+	}
+	return s.ensureIndexes(ctx, tx, d)
+}
+
+// ensureIndexes mirrors the indexes of a streamed table schema (one that
+// knows them: a snapshot's does not, its indexes come after the load) in
+// ensureTx's transaction. A table the stream creates is empty: its
+// indexes are built at once.
+func (s *Sink) ensureIndexes(ctx context.Context, tx pgx.Tx, d *tableDef) error {
+	if !d.table.IndexesKnown || s.cfg.SkipIndexes {
+		return nil
+	}
+	t, err := readTarget(ctx, tx, d.qname)
+	if err != nil {
+		return d.wrap("read the target schema of", err)
+	}
+	if t.align == nil {
+		return nil
+	}
+	before := maps.Clone(t.align.Indexes)
+	if _, err := s.mirrorTx(ctx, tx, d.id, d.qname, t, t.align, d.table.Indexes, false); err != nil {
+		return err
+	}
+	if maps.Equal(before, t.align.Indexes) {
+		return nil
+	}
+	if err := setAlignment(ctx, tx, d.qname, t.align); err != nil {
+		return d.wrap("record the indexes of", err)
+	}
+	return nil
+}
+
+// directTypesMatch reports whether every column the direct insert path
+// writes has exactly the type its binary COPY encodes (a target may hold a
+// wider type, which staging reaches through an assignment cast).
+func directTypesMatch(t *targetTable, d *tableDef) bool {
+	for i := range d.table.Columns {
+		if t.types[d.table.Columns[i].Name] != canonType(d.types[i]) {
+			return false
+		}
+	}
+	meta := map[string]string{colSeq: "bigint", colIdx: "integer", colCommitTime: "timestamptz", colLoadedAt: "timestamptz"}
+	if d.soft {
+		meta[colDeleted], meta[colDeletedAt] = "boolean", "timestamptz"
+	}
+	for c, typ := range meta {
+		if t.types[c] != canonType(typ) {
+			return false
+		}
+	}
+	return true
+}
+
+func sameAlignment(a, b *alignment) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+// targetOf maps a source table to its target schema, name and quoted name.
+func (s *Sink) targetOf(id tidemark.TableID) (schema, name, qname string, err error) {
+	schema = s.cfg.TargetSchema
+	if schema == "" {
+		schema = id.Database
+	}
+	if err := checkName("schema", schema); err != nil {
+		return "", "", "", &tidemark.TableError{Table: id, Err: fmt.Errorf("map table %s to PostgreSQL: %w", id, err)}
+	}
+	if err := checkName("table", id.Name); err != nil {
+		return "", "", "", &tidemark.TableError{Table: id, Err: fmt.Errorf("map table %s to PostgreSQL: %w", id, err)}
+	}
+	return schema, id.Name, tidemark.QuotePostgres(schema) + "." + tidemark.QuotePostgres(id.Name), nil
+}
+
+// forgetTable drops what the sink cached about a table's target.
+func (s *Sink) forgetTable(id tidemark.TableID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.ensured {
+		if k.id == id {
+			delete(s.ensured, k)
+		}
+	}
+	for k := range s.projections {
+		if k.id == id {
+			delete(s.projections, k)
+		}
+	}
+}
+
+// EnsureTable implements tidemark.TableRegistry.
+func (s *Sink) EnsureTable(ctx context.Context, t *tidemark.Table) error {
+	d, k, err := s.def(t)
+	if err != nil {
+		return err
+	}
+	if err := s.ensure(ctx, d, k); err != nil {
+		return redact(err, s.secret)
+	}
+	return nil
+}
+
+// ensure creates or evolves d's target table in its own transaction, once
+// per schema and process.
+func (s *Sink) ensure(ctx context.Context, d *tableDef, k defKey) error {
+	if s.isEnsured(k) {
+		return nil
+	}
+	var directSafe bool
+	var proj *projection
+	err := tidemark.Retry(ctx, "prepare table "+d.display, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+		directSafe, proj = false, nil
+		return redact(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return s.ensureTx(ctx, tx, d, &directSafe, &proj) }), s.secret)
+	})
+	if err != nil {
+		return err
+	}
+	s.setDirectSafe(k, directSafe)
+	s.setProjection(k, proj)
+	s.markEnsured(k)
+	return nil
+}

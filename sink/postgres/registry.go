@@ -1,0 +1,86 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"tidemark"
+)
+
+var _ tidemark.TableRegistry = (*Sink)(nil)
+
+func (s *Sink) stateStore() (tidemark.TableStateStore, error) {
+	st, ok := s.cfg.Checkpoints.(tidemark.TableStateStore)
+	if !ok {
+		return nil, fmt.Errorf("table states: the checkpoint store %T does not store them: %w", s.cfg.Checkpoints, errors.ErrUnsupported)
+	}
+	return st, nil
+}
+
+// TableStates implements tidemark.TableRegistry.
+func (s *Sink) TableStates(ctx context.Context, source string) ([]tidemark.TableState, error) {
+	store, err := s.stateStore()
+	if err != nil {
+		return nil, err
+	}
+	var out []tidemark.TableState
+	err = s.retry(ctx, "read table states", func(ctx context.Context) error {
+		var err error
+		out, err = store.LoadTableStates(ctx, querier{s.pool}, source)
+		return redact(err, s.secret)
+	})
+	return out, redact(err, s.secret)
+}
+
+// SetTableState implements tidemark.TableRegistry.
+func (s *Sink) SetTableState(ctx context.Context, source string, st tidemark.TableState) error {
+	store, err := s.stateStore()
+	if err != nil {
+		return err
+	}
+	err = s.retry(ctx, "record state of "+st.Table.String(), func(ctx context.Context) error {
+		return redact(store.SaveTableState(ctx, querier{s.pool}, source, st), s.secret)
+	})
+	return redact(err, s.secret)
+}
+
+// HasTable implements tidemark.TableRegistry.
+func (s *Sink) HasTable(ctx context.Context, id tidemark.TableID) (bool, error) {
+	_, _, qname, err := s.targetOf(id)
+	if err != nil {
+		return false, err
+	}
+	var exists bool
+	err = s.retry(ctx, "look up "+qname, func(ctx context.Context) error {
+		return redact(s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", qname).Scan(&exists), s.secret)
+	})
+	return exists, redact(err, s.secret)
+}
+
+// ResetTable implements tidemark.TableRegistry: it drops the target table
+// and forgets the table's watermark, in one transaction.
+func (s *Sink) ResetTable(ctx context.Context, source string, id tidemark.TableID) error {
+	_, _, qname, err := s.targetOf(id)
+	if err != nil {
+		return err
+	}
+	err = tidemark.Retry(ctx, "reset "+qname, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+		return redact(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", ddlLockKey); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, "DROP TABLE IF EXISTS "+qname); err != nil {
+				return fmt.Errorf("drop %s: %w", qname, err)
+			}
+			if store, ok := s.cfg.Checkpoints.(tidemark.TableStateStore); ok {
+				return store.DeleteWatermark(ctx, querier{tx}, source, id)
+			}
+			return nil
+		}), s.secret)
+	})
+	s.forgetTable(id)
+	return redact(err, s.secret)
+}
