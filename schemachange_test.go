@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"tidemark"
+	"tidemark/internal/testenv"
 )
 
 // regSink is a fakeSink that is also a TableRegistry, DDLSink and
@@ -315,7 +316,7 @@ func TestPipelineResyncRequest(t *testing.T) {
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() { errc <- p.Run(ctx, tidemark.Position{}) }()
-	waitFor(t, func() bool { sink.mu.Lock(); defer sink.mu.Unlock(); return sink.checkpoint == pos(9) })
+	testenv.Eventually(t, 10*time.Second, "checkpoint 9", func() bool { sink.mu.Lock(); defer sink.mu.Unlock(); return sink.checkpoint == pos(9) })
 	if appliedOf(sink.fakeSink, a.ID) != 0 {
 		t.Fatal("a quarantined table's change was applied")
 	}
@@ -328,7 +329,7 @@ func TestPipelineResyncRequest(t *testing.T) {
 		t.Fatal("the resync request was not picked up")
 	}
 	close(sent)
-	waitFor(t, func() bool { sink.mu.Lock(); defer sink.mu.Unlock(); return sink.checkpoint == pos(11) })
+	testenv.Eventually(t, 10*time.Second, "checkpoint 11", func() bool { sink.mu.Lock(); defer sink.mu.Unlock(); return sink.checkpoint == pos(11) })
 	cancel()
 	if err := <-errc; err != nil {
 		t.Fatal(err)
@@ -359,7 +360,7 @@ func TestPipelineWaitsForSourceLock(t *testing.T) {
 	sink.rmu.Lock()
 	sink.locked = false
 	sink.rmu.Unlock()
-	waitFor(t, func() bool { sink.mu.Lock(); defer sink.mu.Unlock(); return sink.checkpoint == pos(1) })
+	testenv.Eventually(t, 10*time.Second, "checkpoint 1", func() bool { sink.mu.Lock(); defer sink.mu.Unlock(); return sink.checkpoint == pos(1) })
 	cancel()
 	if err := <-errc; err != nil {
 		t.Fatal(err)
@@ -383,17 +384,6 @@ func TestTableErrorUnwraps(t *testing.T) {
 	st := tidemark.TableState{Mode: tidemark.TableStreaming, Floor: tidemark.Version{Seq: 5}}
 	if !st.Skips(tidemark.Version{Seq: 4, Index: 9}) || st.Skips(tidemark.Version{Seq: 5, Index: 1}) || st.Skips(tidemark.Version{Seq: 5}) {
 		t.Fatal("floor")
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

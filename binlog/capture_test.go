@@ -10,6 +10,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/client"
 
 	"tidemark"
+	"tidemark/internal/testenv"
 )
 
 // TestCaptureSeesEverythingBeforeIt provokes the group-commit window: a
@@ -22,7 +23,7 @@ import (
 // row whose GTID is at or before the captured one must be in the read.
 func TestCaptureSeesEverythingBeforeIt(t *testing.T) {
 	addr, user, pass, c := testServer(t)
-	db := randName("cap_")
+	db := testenv.Name("cap_")
 	exec(t, c, "CREATE DATABASE "+db)
 	t.Cleanup(func() { _, _ = c.Execute("DROP DATABASE " + db) })
 	exec(t, c, "USE "+db, "CREATE TABLE g (id BIGINT PRIMARY KEY, w INT) ENGINE=InnoDB")
@@ -150,7 +151,7 @@ func TestCaptureSeesEverythingBeforeIt(t *testing.T) {
 // state BINLOG_GTID_POS gives for the captured position.
 func TestCaptureWithoutWritesNeedsNoScan(t *testing.T) {
 	addr, user, pass, c := testServer(t)
-	db := randName("capnoscan_")
+	db := testenv.Name("capnoscan_")
 	exec(t, c, "CREATE DATABASE "+db)
 	t.Cleanup(func() { _, _ = c.Execute("DROP DATABASE " + db) })
 	exec(t, c, "USE "+db, "CREATE TABLE g (id BIGINT PRIMARY KEY)")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,22 +12,15 @@ import (
 	"github.com/go-mysql-org/go-mysql/client"
 
 	"tidemark"
+	"tidemark/internal/testenv"
 )
 
 // verifyTestServer connects to the MariaDB of scripts/services.sh; the test
 // fails (never skips) without it.
 func verifyTestServer(t *testing.T) (Config, *client.Conn) {
 	t.Helper()
-	addr, user, pass := os.Getenv("TIDEMARK_TEST_MYSQL_ADDR"), os.Getenv("TIDEMARK_TEST_MYSQL_USER"), os.Getenv("TIDEMARK_TEST_MYSQL_PASSWORD")
-	if addr == "" {
-		t.Fatal("TIDEMARK_TEST_MYSQL_ADDR is not set: run `bash scripts/services.sh up` and `eval \"$(bash scripts/services.sh env)\"` first")
-	}
-	c, err := client.Connect(addr, user, pass, "")
-	if err != nil {
-		t.Fatalf("connect to test MariaDB: %v", err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return Config{Name: "verifytest", Addr: addr, User: user, Password: pass, ServerID: 7301}, c
+	s := testenv.MySQL(t)
+	return Config{Name: "verifytest", Addr: s.Addr, User: s.User, Password: s.Password, ServerID: 7301}, s.Conn(t)
 }
 
 func vExec(t *testing.T, c *client.Conn, sqls ...string) {

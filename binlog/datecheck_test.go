@@ -11,6 +11,8 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
+
+	"tidemark/internal/testenv"
 )
 
 // TestDecodeRowsFindsInvalidDateTimes streams real rows events (inserts,
@@ -20,7 +22,7 @@ import (
 // MariaDB text, every valid one as a time.Time with the same digits.
 func TestDecodeRowsFindsInvalidDateTimes(t *testing.T) {
 	addr, user, pass, c := testServer(t)
-	db := randName("bd_")
+	db := testenv.Name("bd_")
 	exec(t, c, "CREATE DATABASE "+db)
 	t.Cleanup(func() { _, _ = c.Execute("DROP DATABASE " + db) })
 	from := currentGTID(t, c)
@@ -35,7 +37,7 @@ func TestDecodeRowsFindsInvalidDateTimes(t *testing.T) {
 	h, p, _ := net.SplitHostPort(addr)
 	port, _ := strconv.Atoi(p)
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
-		ServerID: 9900 + uint32(time.Now().UnixNano()%90), Flavor: "mariadb", Host: h, Port: uint16(port), User: user, Password: pass,
+		ServerID: testenv.ServerID(), Flavor: "mariadb", Host: h, Port: uint16(port), User: user, Password: pass,
 		ParseTime: true, RowsEventDecodeFunc: func(e *replication.RowsEvent, data []byte) error { return decodeRows(e, data, nil) }, Logger: slog.New(slog.DiscardHandler),
 	})
 	defer syncer.Close()

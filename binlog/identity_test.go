@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"tidemark"
+	"tidemark/internal/testenv"
 )
 
 // TestTailerIdentityRules runs the identity rules (identity.go) against the
@@ -15,7 +16,7 @@ import (
 // next epoch or refused with one error naming what changed.
 func TestTailerIdentityRules(t *testing.T) {
 	addr, user, pass, c := testServer(t)
-	db := randName("bi_")
+	db := testenv.Name("bi_")
 	exec(t, c, "CREATE DATABASE "+db, "CREATE TABLE "+db+".t (id INT PRIMARY KEY, v INT)")
 	t.Cleanup(func() { _, _ = c.Execute("DROP DATABASE " + db) })
 	from := currentGTID(t, c)

@@ -10,6 +10,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/client"
 
 	"tidemark"
+	"tidemark/internal/testenv"
 )
 
 // TestMariaDBXA is finding 3 of issue 13 (MariaDB part), on the real
@@ -21,10 +22,10 @@ import (
 // prepared rows again.
 func TestMariaDBXA(t *testing.T) {
 	addr, user, pass, c := testServer(t)
-	db := randName("bx_")
+	db := testenv.Name("bx_")
 	exec(t, c, "CREATE DATABASE "+db, "CREATE TABLE "+db+".t (id INT PRIMARY KEY, v INT)")
 	t.Cleanup(func() { _, _ = c.Execute("DROP DATABASE " + db) })
-	x1, x2, x3 := randName("x1_"), randName("x2_"), randName("x3_")
+	x1, x2, x3 := testenv.Name("x1_"), testenv.Name("x2_"), testenv.Name("x3_")
 	t.Cleanup(func() {
 		for _, x := range []string{x1, x2} {
 			_, _ = c.Execute(fmt.Sprintf("XA ROLLBACK '%s'", x))

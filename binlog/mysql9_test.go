@@ -3,7 +3,6 @@ package binlog
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -14,22 +13,15 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 
 	"tidemark"
+	"tidemark/internal/testenv"
 )
 
 // mysql9Server connects to the real MySQL 9.7 of scripts/services.sh; the
 // test fails (never skips) without it.
 func mysql9Server(t *testing.T) (Config, *client.Conn) {
 	t.Helper()
-	addr, user, pass := os.Getenv("TIDEMARK_TEST_MYSQL9_ADDR"), os.Getenv("TIDEMARK_TEST_MYSQL9_USER"), os.Getenv("TIDEMARK_TEST_MYSQL9_PASSWORD")
-	if addr == "" {
-		t.Fatal("TIDEMARK_TEST_MYSQL9_ADDR is not set: run `scripts/services.sh up` (it starts the real MySQL 9.7) and `eval \"$(scripts/services.sh env)\"`")
-	}
-	c, err := client.Connect(addr, user, pass, "")
-	if err != nil {
-		t.Fatalf("connect to test MySQL 9.7: %v", err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return Config{Name: "my9test", Flavor: FlavorMySQL, Addr: addr, User: user, Password: pass, ServerID: 7391}, c
+	s := testenv.MySQL9(t)
+	return Config{Name: "my9test", Flavor: FlavorMySQL, Addr: s.Addr, User: s.User, Password: s.Password, ServerID: 7391}, s.Conn(t)
 }
 
 // TestMySQLCachingSHA2Auth: an account with caching_sha2_password (MySQL
@@ -42,7 +34,7 @@ func mysql9Server(t *testing.T) (Config, *client.Conn) {
 // stay an access-denied error without the password in it.
 func TestMySQLCachingSHA2Auth(t *testing.T) {
 	base, c := mysql9Server(t)
-	user, pass := randName("tm_sha2_"), "sha2-Pw-"+randName("")
+	user, pass := testenv.Name("tm_sha2_"), "sha2-Pw-"+testenv.Name("")
 	exec(t, c, "CREATE USER '"+user+"'@'127.0.0.1' IDENTIFIED WITH caching_sha2_password BY '"+pass+"'",
 		"GRANT SELECT, RELOAD, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '"+user+"'@'127.0.0.1'")
 	t.Cleanup(func() { _, _ = c.Execute("DROP USER IF EXISTS '" + user + "'@'127.0.0.1'") })
@@ -60,7 +52,7 @@ func TestMySQLCachingSHA2Auth(t *testing.T) {
 			cfg.User, cfg.Password = user, pass
 			cfg.TLS = tidemark.TLSConfig{Mode: mode}
 			if mode == tidemark.TLSVerifyCA {
-				cfg.TLS.CAFile = os.Getenv("TIDEMARK_TEST_MYSQL9_CA")
+				cfg.TLS.CAFile = testenv.MySQL9CA(t)
 			}
 			if err := cfg.Validate(); err != nil {
 				t.Fatal(err)
@@ -130,7 +122,7 @@ func TestMySQLCachingSHA2Auth(t *testing.T) {
 // log_status must not.
 func TestMySQLCaptureSeesEverythingBeforeIt(t *testing.T) {
 	base, c := mysql9Server(t)
-	db := randName("cap9_")
+	db := testenv.Name("cap9_")
 	exec(t, c, "CREATE DATABASE "+db)
 	t.Cleanup(func() { _, _ = c.Execute("DROP DATABASE " + db) })
 	exec(t, c, "USE "+db, "CREATE TABLE g (id BIGINT PRIMARY KEY, w INT) ENGINE=InnoDB", "INSERT INTO g VALUES (0, 0)")

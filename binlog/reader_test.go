@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"tidemark"
+	"tidemark/internal/testenv"
 )
 
 const typesDDL = `CREATE TABLE t (
@@ -37,7 +38,7 @@ func sameValue(a, b any) bool {
 // row of the same state must be the same row.
 func TestReaderMatchesBinlog(t *testing.T) {
 	addr, user, pass, c := testServer(t)
-	db := randName("br_")
+	db := testenv.Name("br_")
 	exec(t, c, "CREATE DATABASE "+db)
 	t.Cleanup(func() { _, _ = c.Execute("DROP DATABASE " + db) })
 	exec(t, c, "USE "+db, typesDDL)
@@ -139,7 +140,7 @@ func TestReaderMatchesBinlog(t *testing.T) {
 
 func TestReaderWindowsAndCursor(t *testing.T) {
 	addr, user, pass, c := testServer(t)
-	db := randName("br_")
+	db := testenv.Name("br_")
 	exec(t, c, "CREATE DATABASE "+db)
 	t.Cleanup(func() { _, _ = c.Execute("DROP DATABASE " + db) })
 	exec(t, c, "USE "+db, "CREATE TABLE w (a INT, b VARCHAR(5), updated_at DATETIME(6), PRIMARY KEY (a, b), KEY (updated_at))")
@@ -222,7 +223,7 @@ func TestReaderWindowsAndCursor(t *testing.T) {
 // bound converted to "01:50" it was skipped.
 func TestReaderWindowAcrossFold(t *testing.T) {
 	addr, user, pass, c := testServer(t)
-	db := randName("br_")
+	db := testenv.Name("br_")
 	exec(t, c, "CREATE DATABASE "+db)
 	t.Cleanup(func() { _, _ = c.Execute("DROP DATABASE " + db) })
 	exec(t, c, "USE "+db, "CREATE TABLE f (id INT PRIMARY KEY, updated_at DATETIME(6) NOT NULL, KEY (updated_at))",
@@ -253,7 +254,7 @@ func TestReaderWindowAcrossFold(t *testing.T) {
 // Undated read returns, in key order and through the cursor.
 func TestReaderUndatedRows(t *testing.T) {
 	addr, user, pass, c := testServer(t)
-	db := randName("br_")
+	db := testenv.Name("br_")
 	exec(t, c, "CREATE DATABASE "+db)
 	t.Cleanup(func() { _, _ = c.Execute("DROP DATABASE " + db) })
 	exec(t, c, "USE "+db, "SET SESSION sql_mode = ''",

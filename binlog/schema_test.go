@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"tidemark"
+	"tidemark/internal/testenv"
 )
 
 // collectUntil streams until done says the chunks so far are complete.
@@ -67,7 +68,7 @@ func columnNames(t *tidemark.Table) string {
 // DDL events in order.
 func TestTailerBacklogAcrossAlter(t *testing.T) {
 	addr, user, pass, c := testServer(t)
-	db := randName("bs_")
+	db := testenv.Name("bs_")
 	exec(t, c, "CREATE DATABASE "+db)
 	t.Cleanup(func() { _, _ = c.Execute("DROP DATABASE " + db) })
 	exec(t, c, "USE "+db, "CREATE TABLE t (id INT PRIMARY KEY, a INT, b VARCHAR(10))")
@@ -142,7 +143,7 @@ func TestTailerBacklogAcrossAlter(t *testing.T) {
 // key is reported once as undecodable instead of stopping the stream.
 func TestTailerCreateSelectAndUndecodable(t *testing.T) {
 	addr, user, pass, c := testServer(t)
-	db := randName("bs_")
+	db := testenv.Name("bs_")
 	exec(t, c, "CREATE DATABASE "+db)
 	t.Cleanup(func() { _, _ = c.Execute("DROP DATABASE " + db) })
 	exec(t, c, "USE "+db)
@@ -190,7 +191,7 @@ func TestTailerCreateSelectAndUndecodable(t *testing.T) {
 // reader's schemas and rows alike; a key column cannot be excluded.
 func TestColumnExclusion(t *testing.T) {
 	addr, user, pass, c := testServer(t)
-	db := randName("bs_")
+	db := testenv.Name("bs_")
 	exec(t, c, "CREATE DATABASE "+db)
 	t.Cleanup(func() { _, _ = c.Execute("DROP DATABASE " + db) })
 	exec(t, c, "USE "+db,
@@ -200,7 +201,7 @@ func TestColumnExclusion(t *testing.T) {
 	exec(t, c, "INSERT INTO users VALUES ('123-45-6789', 1, 'ann', 'ann@example.com')",
 		"UPDATE users SET ssn = '999-99-9999', name = 'anne' WHERE id = 1",
 		"INSERT INTO keyed VALUES (1, 1)")
-	cfg := Config{Name: "test", Addr: addr, User: user, Password: pass, ServerID: 9000 + uint32(time.Now().UnixNano()%900),
+	cfg := Config{Name: "test", Addr: addr, User: user, Password: pass, ServerID: testenv.ServerID(),
 		Include: []string{db + ".*"}, Heartbeat: time.Second,
 		ExcludeColumns: map[string][]string{db + ".users": {"ssn", "email"}, "*.keyed": {"id"}}}
 	tl, err := New(cfg)
@@ -269,7 +270,7 @@ func TestColumnExclusion(t *testing.T) {
 // cp1252, the reader's UTF-8 from the server).
 func TestReaderMatchesBinlogSchemaEdges(t *testing.T) {
 	addr, user, pass, c := testServer(t)
-	db := randName("bs_")
+	db := testenv.Name("bs_")
 	exec(t, c, "CREATE DATABASE "+db)
 	t.Cleanup(func() { _, _ = c.Execute("DROP DATABASE " + db) })
 	exec(t, c, "USE "+db,

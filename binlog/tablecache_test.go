@@ -10,6 +10,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 
 	"tidemark"
+	"tidemark/internal/testenv"
 )
 
 // TestTableMapCacheManyTables: a source with more active tables than the old
@@ -18,7 +19,7 @@ import (
 // cleared (review finding 19). Real MariaDB answers the schema reads.
 func TestTableMapCacheManyTables(t *testing.T) {
 	addr, user, pass, _ := testServer(t)
-	db := randName("bc_")
+	db := testenv.Name("bc_")
 	tl := newTailer(t, addr, user, pass, db, "UTC")
 	t.Cleanup(func() { _ = tl.Close() })
 	const tables = 5000

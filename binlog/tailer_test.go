@@ -2,10 +2,7 @@ package binlog
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,21 +10,14 @@ import (
 	"github.com/go-mysql-org/go-mysql/client"
 
 	"tidemark"
+	"tidemark/internal/testenv"
 )
 
 // testServer connects to the MariaDB started by scripts/services.sh.
 func testServer(t *testing.T) (addr, user, pass string, c *client.Conn) {
 	t.Helper()
-	addr, user, pass = os.Getenv("TIDEMARK_TEST_MYSQL_ADDR"), os.Getenv("TIDEMARK_TEST_MYSQL_USER"), os.Getenv("TIDEMARK_TEST_MYSQL_PASSWORD")
-	if addr == "" {
-		t.Fatal("TIDEMARK_TEST_MYSQL_ADDR is not set: run `eval \"$(scripts/services.sh env)\"` after `scripts/services.sh up` (make test does both)")
-	}
-	c, err := client.Connect(addr, user, pass, "")
-	if err != nil {
-		t.Fatalf("connect to test MariaDB: %v", err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return addr, user, pass, c
+	s := testenv.MySQL(t)
+	return s.Addr, s.User, s.Password, s.Conn(t)
 }
 
 func exec(t *testing.T, c *client.Conn, sqls ...string) {
@@ -37,12 +27,6 @@ func exec(t *testing.T, c *client.Conn, sqls ...string) {
 			t.Fatalf("exec %q: %v", q, err)
 		}
 	}
-}
-
-func randName(prefix string) string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return prefix + hex.EncodeToString(b)
 }
 
 func currentGTID(t *testing.T, c *client.Conn) tidemark.Position {
@@ -91,7 +75,7 @@ func newTailer(t *testing.T, addr, user, pass, db string, zone string) *Tailer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tl, err := New(Config{Name: "test", Addr: addr, User: user, Password: pass, ServerID: 9000 + uint32(time.Now().UnixNano()%900),
+	tl, err := New(Config{Name: "test", Addr: addr, User: user, Password: pass, ServerID: testenv.ServerID(),
 		Include: []string{db + ".*"}, Zone: tidemark.ZonePolicy{Location: loc}, Heartbeat: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +85,7 @@ func newTailer(t *testing.T, addr, user, pass, db string, zone string) *Tailer {
 
 func TestTailerDecodesEveryType(t *testing.T) {
 	addr, user, pass, c := testServer(t)
-	db := randName("bt_")
+	db := testenv.Name("bt_")
 	exec(t, c, "CREATE DATABASE "+db)
 	t.Cleanup(func() { _, _ = c.Execute("DROP DATABASE " + db) })
 	exec(t, c, "USE "+db, `CREATE TABLE t (
@@ -208,7 +192,7 @@ func TestTailerDecodesEveryType(t *testing.T) {
 
 func TestTailerSplitsLargeTransaction(t *testing.T) {
 	addr, user, pass, c := testServer(t)
-	db := randName("bt_")
+	db := testenv.Name("bt_")
 	exec(t, c, "CREATE DATABASE "+db)
 	t.Cleanup(func() { _, _ = c.Execute("DROP DATABASE " + db) })
 	exec(t, c, "USE "+db, "CREATE TABLE big (id INT PRIMARY KEY, v VARCHAR(50))")
@@ -238,7 +222,7 @@ func TestTailerSplitsLargeTransaction(t *testing.T) {
 
 func TestTailerPositionErrors(t *testing.T) {
 	addr, user, pass, c := testServer(t)
-	db := randName("bt_")
+	db := testenv.Name("bt_")
 	exec(t, c, "CREATE DATABASE "+db)
 	t.Cleanup(func() { _, _ = c.Execute("DROP DATABASE " + db) })
 	cur := currentGTID(t, c)

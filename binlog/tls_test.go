@@ -10,21 +10,19 @@ import (
 
 	"tidemark"
 	"tidemark/internal/testcerts"
+	"tidemark/internal/testenv"
 )
 
 // tlsServer is the TLS side of the MariaDB of scripts/services.sh: its CA
 // (TIDEMARK_TEST_TLS_CA) and the account that requires TLS.
 func tlsServer(t *testing.T) (ca, user, pass string) {
 	t.Helper()
-	ca, user, pass = os.Getenv("TIDEMARK_TEST_TLS_CA"), os.Getenv("TIDEMARK_TEST_MYSQL_TLS_USER"), os.Getenv("TIDEMARK_TEST_MYSQL_TLS_PASSWORD")
-	if ca == "" || user == "" {
-		t.Fatal("TIDEMARK_TEST_TLS_CA / TIDEMARK_TEST_MYSQL_TLS_USER are not set: run `scripts/services.sh up` and `eval \"$(scripts/services.sh env)\"` (make test does both)")
-	}
-	return ca, user, pass
+	e := testenv.TLS(t)
+	return e.CA, e.MySQLUser, e.MySQLPass
 }
 
 func tlsConfig(addr, user, pass, db string, tc tidemark.TLSConfig) Config {
-	return Config{Name: "tlstest", Addr: addr, User: user, Password: pass, ServerID: 9000 + uint32(time.Now().UnixNano()%900),
+	return Config{Name: "tlstest", Addr: addr, User: user, Password: pass, ServerID: testenv.ServerID(),
 		Include: []string{db + ".*"}, Heartbeat: time.Second, TLS: tc}
 }
 
@@ -47,7 +45,7 @@ func doctorCheck(checks []tidemark.Check, name string) tidemark.Check {
 func TestSourceTLSVerifyFull(t *testing.T) {
 	addr, _, _, c := testServer(t)
 	ca, user, pass := tlsServer(t)
-	db := randName("btls_")
+	db := testenv.Name("btls_")
 	exec(t, c, "CREATE DATABASE "+db)
 	t.Cleanup(func() { _, _ = c.Execute("DROP DATABASE " + db) })
 	exec(t, c, "USE "+db, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40))")
@@ -93,7 +91,7 @@ func TestSourceTLSVerifyFull(t *testing.T) {
 		t.Fatalf("load the CA of scripts/services.sh: %v", err)
 	}
 	dir := t.TempDir()
-	xuser := randName("x509_")
+	xuser := testenv.Name("x509_")
 	certFile, keyFile, err := sca.Issue(dir, "client", true, xuser)
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +131,7 @@ func TestSourceTLSModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := randName("btls_")
+	db := testenv.Name("btls_")
 	exec(t, c, "CREATE DATABASE "+db)
 	t.Cleanup(func() { _, _ = c.Execute("DROP DATABASE " + db) })
 	for _, tc := range []struct {

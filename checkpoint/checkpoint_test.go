@@ -12,16 +12,17 @@ import (
 
 	"tidemark"
 	"tidemark/checkpoint"
+	"tidemark/internal/testenv"
 )
 
 func newStore(t *testing.T) (*checkpoint.Store, *pgx.Conn, string) {
 	t.Helper()
-	schema := randomSchema(t)
+	schema := testenv.Schema(t)
 	st, err := checkpoint.New(checkpoint.Config{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn := connect(t)
+	conn := testenv.PGConn(t)
 	if err := st.Init(context.Background(), newQuerier(conn)); err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +213,7 @@ func TestRollbackDiscards(t *testing.T) {
 // does not exist yet: without the advisory lock, CREATE SCHEMA IF NOT EXISTS
 // races into a unique violation.
 func TestInitConcurrent(t *testing.T) {
-	schema := randomSchema(t)
+	schema := testenv.Schema(t)
 	st, err := checkpoint.New(checkpoint.Config{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +221,7 @@ func TestInitConcurrent(t *testing.T) {
 	const n = 8
 	conns := make([]*pgx.Conn, n)
 	for i := range conns {
-		conns[i] = connect(t)
+		conns[i] = testenv.PGConn(t)
 	}
 	for round := 0; round < 3; round++ {
 		var wg sync.WaitGroup

@@ -7,6 +7,7 @@ import (
 
 	"tidemark"
 	"tidemark/checkpoint"
+	"tidemark/internal/testenv"
 )
 
 // TestStreamOffsets stores an applier's offsets with compare-and-set: the
@@ -15,8 +16,8 @@ import (
 // partition meanwhile) fails with ErrOffsetMoved and changes nothing.
 func TestStreamOffsets(t *testing.T) {
 	ctx := context.Background()
-	conn := connect(t)
-	s, err := checkpoint.New(checkpoint.Config{Schema: randomSchema(t)})
+	conn := testenv.PGConn(t)
+	s, err := checkpoint.New(checkpoint.Config{Schema: testenv.Schema(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

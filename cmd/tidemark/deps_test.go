@@ -10,13 +10,15 @@ import (
 // testLibraries are modules the integration tests use that the daemon
 // must not link: network-fault injection (toxiproxy and what it pulls in:
 // gorilla/mux, zerolog), vitess (the MySQL 8 test server), the test
-// harness itself and the standard library's testing packages.
+// harness itself, the test environment (internal/testenv) and the standard
+// library's testing packages.
 var testLibraries = []string{
 	"github.com/Shopify/toxiproxy",
 	"github.com/gorilla/mux",
 	"github.com/rs/zerolog",
 	"vitess.io/vitess",
 	"tidemark/integration",
+	"tidemark/internal/testenv",
 	"testing",
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tidemark"
+	"tidemark/internal/testenv"
 )
 
 // fakeTarget is a tidemark.StreamTarget in memory for the applier's unit
@@ -208,7 +209,7 @@ func (f *fakeTarget) keys(id tidemark.TableID) (exists bool, rows []string) {
 func runApplier(t *testing.T, s *Sink, target tidemark.StreamTarget) {
 	t.Helper()
 	a, err := NewApplier(ApplierConfig{
-		Brokers: s.cfg.Brokers, Group: randName("grp"), MaxRecords: 7, Logger: s.cfg.Logger,
+		Brokers: s.cfg.Brokers, Group: testenv.Name("grp"), MaxRecords: 7, Logger: s.cfg.Logger,
 		TopicPrefix: s.cfg.TopicPrefix, TopicTemplate: s.cfg.TopicTemplate,
 		Topics: "^" + regexp.QuoteMeta(s.cfg.TopicPrefix) + `\.`, Exclude: "^" + regexp.QuoteMeta(s.cfg.CheckpointTopic) + "$",
 		MetadataMaxAge: 100 * time.Millisecond,

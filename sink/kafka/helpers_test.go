@@ -3,8 +3,6 @@ package kafka
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tidemark"
+	"tidemark/internal/testenv"
 )
 
 // newCluster starts an in-process Kafka cluster for one test.
@@ -33,17 +32,10 @@ func newCluster(t testing.TB, opts ...kfake.Opt) *kfake.Cluster {
 	return c
 }
 
-// randName returns a name unique to this test run.
-func randName(prefix string) string {
-	var b [4]byte
-	rand.Read(b[:])
-	return prefix + hex.EncodeToString(b[:])
-}
-
 // testLogger discards the sink's log lines; TIDEMARK_TEST_LOG=1 shows
 // them (franz-go's at debug level).
 func testLogger(t testing.TB) *slog.Logger {
-	if os.Getenv("TIDEMARK_TEST_LOG") != "" {
+	if testenv.Verbose() {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -53,7 +45,7 @@ func testLogger(t testing.TB) *slog.Logger {
 func testConfig(t testing.TB, c *kfake.Cluster, exactlyOnce bool) Config {
 	cfg := Config{
 		Brokers:      c.ListenAddrs(),
-		TopicPrefix:  randName("tm"),
+		TopicPrefix:  testenv.Name("tm"),
 		CreateTopics: true,
 		Partitions:   4,
 		Tombstones:   true,
@@ -66,7 +58,7 @@ func testConfig(t testing.TB, c *kfake.Cluster, exactlyOnce bool) Config {
 		},
 	}
 	if exactlyOnce {
-		cfg.TransactionalID = randName("txn-")
+		cfg.TransactionalID = testenv.Name("txn-")
 	}
 	return cfg
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"tidemark"
+	"tidemark/internal/testenv"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -238,7 +239,7 @@ func TestCheckpointIgnoresAbortedAndOpen(t *testing.T) {
 	cfg := s.cfg
 	apply(t, s, &tidemark.Batch{Source: "src", Checkpoint: gtid(1)})
 
-	raw, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID(randName("other-")),
+	raw, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID(testenv.Name("other-")),
 		kgo.RecordPartitioner(newPartitioner(cfg.CheckpointTopic, nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -2,12 +2,9 @@ package postgres
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,61 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"tidemark"
+	"tidemark/internal/testenv"
 )
-
-// testDSN returns the DSN of the test PostgreSQL server. Tests that need it
-// fail (not skip) without it: a skipped database test cannot fail.
-func testDSN(t testing.TB) string {
-	t.Helper()
-	dsn := os.Getenv("TIDEMARK_TEST_PG_DSN")
-	if dsn == "" {
-		t.Fatal("TIDEMARK_TEST_PG_DSN is not set: run `bash scripts/services.sh up` and " +
-			"`eval \"$(bash scripts/services.sh env)\"` first")
-	}
-	return dsn
-}
-
-// connect opens a plain connection for checking results, in UTC.
-func connect(t testing.TB) *pgx.Conn {
-	t.Helper()
-	ctx := context.Background()
-	cfg, err := pgx.ParseConfig(testDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.RuntimeParams["timezone"] = "UTC"
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatalf("connect to test PostgreSQL: %v", err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	return conn
-}
-
-// randomSchema returns a fresh schema name ("t_<hex>") that is dropped (with
-// everything in it) at cleanup. The schema itself is not created.
-func randomSchema(t testing.TB) string {
-	t.Helper()
-	b := make([]byte, 6)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	name := "t_" + hex.EncodeToString(b)
-	dsn := testDSN(t)
-	t.Cleanup(func() {
-		ctx := context.Background()
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Errorf("drop schema %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS "`+name+`" CASCADE`); err != nil {
-			t.Errorf("drop schema %s: %v", name, err)
-		}
-	})
-	return name
-}
 
 // testStore is a minimal CheckpointStore on real tables in the test's
 // schema (the sink's tests cannot import the checkpoint package). failSave,
@@ -146,10 +90,10 @@ func softDeletes(c *Config) { c.DeleteMode = DeleteSoft }
 
 func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Helper()
-	schema := randomSchema(t)
-	store := &testStore{schema: randomSchema(t)}
+	schema := testenv.Schema(t)
+	store := &testStore{schema: testenv.Schema(t)}
 	cfg := Config{
-		DSN:          testDSN(t),
+		DSN:          testenv.PG(t),
 		Checkpoints:  store,
 		TargetSchema: schema,
 		// Tombstones per test (sources are all named "s").
@@ -165,7 +109,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return &env{t: t, sink: s, store: store, schema: schema, conn: connect(t)}
+	return &env{t: t, sink: s, store: store, schema: schema, conn: testenv.PGConn(t)}
 }
 
 type testWriter struct{ t testing.TB }

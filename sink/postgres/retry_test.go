@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"tidemark"
+	"tidemark/internal/testenv"
 )
 
 func TestRetryable(t *testing.T) {
@@ -252,7 +253,7 @@ func TestConcurrentFirstSight(t *testing.T) {
 }
 
 func TestSSLModeWarning(t *testing.T) {
-	cfg, err := parseTestDSN(testDSN(t))
+	cfg, err := parseTestDSN(testenv.PG(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +270,7 @@ func TestSSLModeWarning(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			s, err := Open(context.Background(), Config{DSN: c.dsn, Checkpoints: &testStore{schema: randomSchema(t)},
+			s, err := Open(context.Background(), Config{DSN: c.dsn, Checkpoints: &testStore{schema: testenv.Schema(t)},
 				Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 			if err != nil {
 				t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"tidemark"
+	"tidemark/internal/testenv"
 )
 
 func TestKindsRoundTrip(t *testing.T) {
@@ -728,7 +729,7 @@ func TestConfigErrors(t *testing.T) {
 }
 
 func TestPasswordNotInErrors(t *testing.T) {
-	cfg, err := parseTestDSN(testDSN(t))
+	cfg, err := parseTestDSN(testenv.PG(t))
 	if err != nil {
 		t.Fatal(err)
 	}
