@@ -1,8 +1,9 @@
 # tidemark — see README.md.
 #   make demo    start the local services and run the end-to-end demo (SOURCE=mysql: from MySQL 9.7)
 #   make test    start local MariaDB + PostgreSQL + Kafka, then gofmt check, go mod tidy check,
-#                go vet, go test -race
-#                (packages one at a time: -p 1, since tests share one MariaDB and some purge its binlogs)
+#                go vet, staticcheck, go test -race: every package but the two end-to-end ones in
+#                parallel, then integration/ and integration/nemesis alone, one after the other
+#                (they share one MariaDB and some purge its binlogs or restart the servers)
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := build
@@ -11,7 +12,7 @@ SERVICES := scripts/services.sh
 # Exports TIDEMARK_TEST_* for the running local services; use on the same recipe line.
 WITH_ENV := eval "$$($(SERVICES) env)"
 
-.PHONY: build services test test-reliability test-long nemesis soak fmt-check tidy-check vet demo bench bench-fallback bench-peers down status clean
+.PHONY: build services test test-unit test-e2e staticcheck test-reliability test-long nemesis soak fmt-check tidy-check vet demo bench bench-fallback bench-peers down status clean
 
 build:
 	go build -ldflags "-X main.version=$$(git describe --tags --always --dirty 2>/dev/null || echo dev) -X main.commit=$$(git rev-parse HEAD 2>/dev/null)" -o bin/tidemark ./cmd/tidemark
@@ -30,10 +31,33 @@ tidy-check:
 vet:
 	go vet ./...
 
-# Prerequisites run left to right: services up, gofmt check, go mod tidy check, go vet; then
-# the tests.
-test: services fmt-check tidy-check vet
-	$(WITH_ENV) && go test -race -count=1 -p 1 -timeout 40m ./...
+# staticcheck at a pinned version, fetched (once, then from the module cache) through the Go
+# module proxy like any module: no other network.
+STATICCHECK_VERSION := v0.8.2
+staticcheck:
+	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+# The end-to-end packages run alone: their tests purge and reset the shared MariaDB's binlogs
+# (failover, fallback, rel_purge, mariadb: RESET MASTER) and restart the servers (F3, F4). The
+# other packages' tests are safe side by side: they write their own random databases, schemas
+# and topics, take random replication server_ids (testenv.ServerID), rotate binlogs or change
+# binlog_expire_logs_seconds only under the named lock tidemark_test_binlog_expire, never
+# purge, and expect no quiet server.
+E2E_PKGS := tidemark/integration tidemark/integration/nemesis
+
+# Prerequisites run left to right: services up, gofmt check, go mod tidy check, go vet,
+# staticcheck; then the tests.
+test: services fmt-check tidy-check vet staticcheck
+	$(MAKE) --no-print-directory test-unit
+	$(MAKE) --no-print-directory test-e2e
+
+# Every package but the end-to-end ones, in parallel (go test's default -p, the number of CPUs).
+test-unit:
+	$(WITH_ENV) && go test -race -count=1 -timeout 40m $$(go list ./... | grep -vxF $(foreach p,$(E2E_PKGS),-e $(p)))
+
+# The end-to-end packages, one at a time.
+test-e2e:
+	$(WITH_ENV) && go test -race -count=1 -p 1 -timeout 40m $(E2E_PKGS)
 
 # The reliability suite alone (quick profiles, the same as in `make test`), verbose, with
 # each scenario's figures appended to bin/reliability.jsonl (docs/RELIABILITY.md).

@@ -599,9 +599,6 @@ func orNone(s string) string {
 	return s
 }
 
-// isSourceChange reports whether err is a refused identity change.
-func isSourceChange(err error) bool { return errors.Is(err, tidemark.ErrSourceChanged) }
-
 // checkDomains refuses, at start, a MariaDB server whose GTID state has
 // several replication domains when versions are GTID sequence numbers:
 // sequences of different domains do not order against each other, and a

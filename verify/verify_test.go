@@ -16,6 +16,7 @@ import (
 	"tidemark/binlog"
 	"tidemark/checkpoint"
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 	"tidemark/sink/postgres"
 )
 
@@ -36,7 +37,7 @@ func newE2E(t *testing.T) *e2e {
 		t.Fatal(err)
 	}
 	bc := binlog.Config{Name: "vt" + r.DB[3:9], Addr: r.Env.MySQLAddr, User: r.Env.MySQLUser, Password: r.Env.MySQLPassword,
-		ServerID: 7400 + uint32(r.DB[3])%50, Zone: tidemark.ZonePolicy{Location: loc}, Include: []string{r.DB + ".*"}}
+		ServerID: testenv.ServerID(), Zone: tidemark.ZonePolicy{Location: loc}, Include: []string{r.DB + ".*"}}
 	if err := bc.Validate(); err != nil {
 		t.Fatal(err)
 	}

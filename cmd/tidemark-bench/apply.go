@@ -90,7 +90,7 @@ func benchApply(ctx context.Context, o options) error {
 	}
 	changes := rows + rows/4
 
-	type figures struct{ direct, tail, join float64 }
+	type figures struct{ direct, tail float64 }
 	var all []figures
 	var members [3][]float64
 	var ratios [3][]float64

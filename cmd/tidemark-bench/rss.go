@@ -78,10 +78,3 @@ func (w *rssWatch) Peak() int64 {
 	defer w.mu.Unlock()
 	return w.peak
 }
-
-// sample reads the current peak without stopping the watch.
-func (w *rssWatch) sample() int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.peak
-}

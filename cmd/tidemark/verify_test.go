@@ -15,6 +15,7 @@ import (
 
 	"tidemark"
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 	"tidemark/verify"
 )
 
@@ -39,7 +40,7 @@ func newE2E(t *testing.T) *e2e {
 	e := &e2e{t: t, r: r, env: r.Env, my: r.My, pg: r.PG, db: r.DB, control: r.Control, start: r.Start}
 	e.cfg = &Config{
 		Source: SourceConfig{Name: "vt" + e.db[3:9], Addr: e.env.MySQLAddr, User: e.env.MySQLUser, Password: e.env.MySQLPassword,
-			ServerID: 7400 + uint32(e.db[3])%50, TimeZone: "Asia/Kolkata", Include: []string{e.db + ".*"}, StartPosition: e.start.String()},
+			ServerID: testenv.ServerID(), TimeZone: "Asia/Kolkata", Include: []string{e.db + ".*"}, StartPosition: e.start.String()},
 		Target: TargetConfig{Postgres: &PostgresConfig{DSN: e.env.PGDSN, ControlSchema: e.control}},
 	}
 	if err := e.cfg.Validate(); err != nil {

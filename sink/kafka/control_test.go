@@ -115,7 +115,7 @@ func TestControlRecordsPrecedeRows(t *testing.T) {
 		if len(first) != int(s.cfg.Partitions) {
 			t.Fatalf("%s: records on %d partitions, want %d", topic, len(first), s.cfg.Partitions)
 		}
-		want := map[string]int{}
+		var want map[string]int
 		if topic == topicsOf(s.cfg, "shop")[0] {
 			// orders: its schema by two instances, the altered one once
 			want = map[string]int{string(mustCodec(t, ordersTable("shop")).fingerprint): 8, string(mustCodec(t, altered).fingerprint): 4}

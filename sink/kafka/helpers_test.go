@@ -114,7 +114,6 @@ var epoch = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 
 func newStream(source, db string, n int) *stream {
 	orders, items := ordersTable(db), itemsTable(db)
-	type state struct{ row []any }
 	live := map[string][]any{}
 	st := &stream{source: source}
 	rnd := uint64(42)

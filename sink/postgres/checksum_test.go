@@ -58,8 +58,6 @@ func TestAssertNoDuplicateKeys(t *testing.T) {
 	}
 }
 
-func ptr(s string) *string { return &s }
-
 // TestTargetCanonicalText checks the target's canonical text of every kind
 // (the source side must produce the same; the end-to-end verify test in
 // cmd/tidemark checks that they agree).
