@@ -31,10 +31,7 @@ var _ tidemark.DDLSink = (*Sink)(nil)
 func (s *Sink) ApplyDDL(ctx context.Context, source string, events []tidemark.DDLEvent, checkpoint tidemark.Position) error {
 	touched := map[tidemark.TableID]bool{}
 	err := tidemark.Retry(ctx, "apply DDL of source "+source, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
-		return redact(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", ddlLockKey); err != nil {
-				return fmt.Errorf("lock for DDL: %w", err)
-			}
+		return s.ddlTx(ctx, func(tx pgx.Tx) error {
 			for _, ev := range events {
 				touched[ev.Table] = true
 				if err := s.applyEvent(ctx, tx, source, ev); err != nil {
@@ -45,7 +42,7 @@ func (s *Sink) ApplyDDL(ctx context.Context, source string, events []tidemark.DD
 				return s.cfg.Checkpoints.SavePosition(ctx, querier{tx}, source, checkpoint)
 			}
 			return nil
-		}), s.secret)
+		})
 	})
 	for id := range touched {
 		s.forgetTable(id)

@@ -12,7 +12,22 @@ import (
 	"tidemark"
 )
 
-// ensureTx creates or evolves d's target table in tx (holding the DDL lock).
+// ddlTx runs fn in one transaction that holds the DDL lock (the
+// transaction-level advisory lock on ddlLockKey) from its start: every
+// change of a target table's layout, its alignment comment and the control
+// tables is made under it, so concurrent sessions never race into unique
+// violations (CREATE … IF NOT EXISTS) or read an alignment another is
+// rewriting. The error is redacted.
+func (s *Sink) ddlTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return redact(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", ddlLockKey); err != nil {
+			return fmt.Errorf("lock for DDL: %w", err)
+		}
+		return fn(tx)
+	}), s.secret)
+}
+
+// ensureTx creates or evolves d's target table in tx (a ddlTx).
 //
 // directSafe is set when the direct insert path may be used: the target's
 // primary key is the business key and is checked at once (not deferred), so
@@ -20,9 +35,6 @@ import (
 // set when d is an older layout than the table's whose rows leave columns
 // out (older.go).
 func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, directSafe *bool, proj **projection) error {
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", ddlLockKey); err != nil {
-		return d.wrap("lock for DDL on table", err)
-	}
 	t, err := readTarget(ctx, tx, d.qname)
 	if err != nil {
 		return d.wrap("read the target schema of", err)
@@ -208,7 +220,7 @@ func (s *Sink) ensure(ctx context.Context, d *tableDef, k defKey) error {
 	var proj *projection
 	err := tidemark.Retry(ctx, "prepare table "+d.display, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
 		directSafe, proj = false, nil
-		return redact(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return s.ensureTx(ctx, tx, d, &directSafe, &proj) }), s.secret)
+		return s.ddlTx(ctx, func(tx pgx.Tx) error { return s.ensureTx(ctx, tx, d, &directSafe, &proj) })
 	})
 	if err != nil {
 		return err

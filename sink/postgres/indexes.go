@@ -387,10 +387,7 @@ func (s *Sink) MirrorIndexes(ctx context.Context, id tidemark.TableID, idx []tid
 		return err
 	}
 	err = tidemark.Retry(ctx, "mirror the indexes of "+qname, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
-		return redact(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", ddlLockKey); err != nil {
-				return fmt.Errorf("lock for DDL: %w", err)
-			}
+		return s.ddlTx(ctx, func(tx pgx.Tx) error {
 			t, err := readTarget(ctx, tx, qname)
 			if err != nil {
 				return fmt.Errorf("read the target schema of %s: %w", qname, err)
@@ -409,7 +406,7 @@ func (s *Sink) MirrorIndexes(ctx context.Context, id tidemark.TableID, idx []tid
 				return fmt.Errorf("record the indexes of %s: %w", qname, err)
 			}
 			return nil
-		}), s.secret)
+		})
 	})
 	return redact(err, s.secret)
 }

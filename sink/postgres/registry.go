@@ -68,10 +68,7 @@ func (s *Sink) ResetTable(ctx context.Context, source string, id tidemark.TableI
 		return err
 	}
 	err = tidemark.Retry(ctx, "reset "+qname, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
-		return redact(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", ddlLockKey); err != nil {
-				return err
-			}
+		return s.ddlTx(ctx, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, "DROP TABLE IF EXISTS "+qname); err != nil {
 				return fmt.Errorf("drop %s: %w", qname, err)
 			}
@@ -79,7 +76,7 @@ func (s *Sink) ResetTable(ctx context.Context, source string, id tidemark.TableI
 				return store.DeleteWatermark(ctx, querier{tx}, source, id)
 			}
 			return nil
-		}), s.secret)
+		})
 	})
 	s.forgetTable(id)
 	return redact(err, s.secret)

@@ -123,10 +123,7 @@ func (s *Sink) DropBefore(ctx context.Context, table tidemark.TableID, v tidemar
 	var dropped, exists bool
 	err = s.retry(ctx, "drop "+qname+" before version "+v.String(), func(ctx context.Context) error {
 		removed, dropped, exists = 0, false, false
-		return redact(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", ddlLockKey); err != nil {
-				return err
-			}
+		return s.ddlTx(ctx, func(tx pgx.Tx) error {
 			if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", qname).Scan(&exists); err != nil {
 				return fmt.Errorf("look up %s: %w", qname, err)
 			}
@@ -159,7 +156,7 @@ func (s *Sink) DropBefore(ctx context.Context, table tidemark.TableID, v tidemar
 			}
 			dropped = true
 			return nil
-		}), s.secret)
+		})
 	})
 	if errors.Is(err, errTableGone) {
 		exists, err = false, nil
