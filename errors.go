@@ -23,8 +23,6 @@ var (
 	ErrSourceChanged = errors.New("source identity changed")
 	// ErrIncomparable means two positions cannot be ordered.
 	ErrIncomparable = errors.New("positions are not comparable")
-	// ErrNoRows is returned by a Querier's row when the query found nothing.
-	ErrNoRows = errors.New("no rows")
 	// ErrInvalidIdentifier means a database, table or column name cannot be
 	// used safely as an SQL identifier.
 	ErrInvalidIdentifier = errors.New("invalid identifier")
@@ -46,7 +44,7 @@ var (
 	ErrStatsMismatch = errors.New("apply counts do not add up")
 
 	// ErrEpochRegressed is a checkpoint whose version epoch is below the
-	// highest epoch the source's rows were written in (EpochFloorStore):
+	// highest epoch the source's rows were written in (the epoch floor):
 	// its changes would lose to the rows already in the target.
 	ErrEpochRegressed = errors.New("version epoch below the source's epoch floor")
 )

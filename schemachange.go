@@ -11,7 +11,7 @@ import (
 // Schema changes and per-table state (see docs/schema-changes.md).
 //
 // A source's tables are replicated independently. Each has a TableMode,
-// recorded in the target next to the checkpoint (a TableStateStore), so that
+// recorded in the target next to the checkpoint (a TableRegistry), so that
 // it survives a restart:
 //
 //	streaming     changes are applied; those older than TableState.Floor are
@@ -181,20 +181,6 @@ type TableState struct {
 // version v.
 func (s *TableState) Skips(v Version) bool {
 	return s.Mode != TableStreaming || v.Compare(s.Floor) < 0
-}
-
-// TableStateStore stores table states in the target, inside the caller's
-// transaction (a CheckpointStore may implement it).
-type TableStateStore interface {
-	// LoadTableStates returns the states recorded for source.
-	LoadTableStates(ctx context.Context, q Querier, source string) ([]TableState, error)
-	// SaveTableState records a table's state (UpdatedAt is ignored).
-	SaveTableState(ctx context.Context, q Querier, source string, st TableState) error
-	// DeleteTableState forgets a table's state.
-	DeleteTableState(ctx context.Context, q Querier, source string, table TableID) error
-	// DeleteWatermark forgets a table's catch-up watermark (so the next
-	// catch-up of the table is a full snapshot).
-	DeleteWatermark(ctx context.Context, q Querier, source string, table TableID) error
 }
 
 // TableRegistry is implemented by sinks that keep table states. Methods

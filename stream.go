@@ -54,18 +54,6 @@ type StreamOffset struct {
 // drop the partition's in-flight records and re-read its offset.
 var ErrOffsetMoved = errors.New("stream offset moved: another applier applied the partition")
 
-// OffsetStore reads and writes stream offsets in the target, inside the
-// caller's transaction (a CheckpointStore may implement it).
-type OffsetStore interface {
-	// LoadOffsets returns the stored offsets of group's partitions of
-	// topic (Prev is set to Next).
-	LoadOffsets(ctx context.Context, q Querier, group, topic string) ([]StreamOffset, error)
-	// SaveOffset stores o if the stored Next still equals o.Prev (no row
-	// when o.Prev is -1); otherwise it returns an error wrapping
-	// ErrOffsetMoved.
-	SaveOffset(ctx context.Context, q Querier, o StreamOffset) error
-}
-
 // StreamTarget is what an applier writes to: a sink whose Apply also
 // stores the batch's Offsets in the same transaction, that reads them back,
 // and that creates or evolves a target table to an announced schema.

@@ -2,7 +2,6 @@ package tidemark
 
 import (
 	"context"
-	"time"
 )
 
 // Chunk is a piece of a source's change stream: changes in commit order and,
@@ -66,53 +65,4 @@ type Sink interface {
 	Checkpoint(ctx context.Context, source string) (Position, bool, error)
 	// Close releases the sink's connections.
 	Close() error
-}
-
-// Querier is the part of a database transaction that a CheckpointStore
-// needs. Sinks adapt their driver's transaction to it so that checkpoints
-// commit with the data.
-type Querier interface {
-	Exec(ctx context.Context, sql string, args ...any) error
-	QueryRow(ctx context.Context, sql string, args ...any) RowScanner
-}
-
-// RowScanner scans one result row; Scan returns ErrNoRows when there is none.
-type RowScanner interface {
-	Scan(dest ...any) error
-}
-
-// SourceState is what a CheckpointStore records for one source.
-type SourceState struct {
-	Position  Position
-	UpdatedAt time.Time
-}
-
-// EpochFloorStore is implemented by a CheckpointStore that keeps, per
-// source and apart from the checkpoint, the highest version epoch rows were
-// written in (raised by SavePosition in the batch's transaction; a
-// SavePosition below it fails with ErrEpochRegressed). A checkpoint deleted
-// or edited by hand, or a start position, then cannot take the source back
-// to an epoch whose changes would all lose to the target's rows
-// (docs/FAILOVER.md).
-type EpochFloorStore interface {
-	// LoadEpochFloor returns the floor as a Position holding only Epoch
-	// and Source (the server of that epoch), and whether one is stored.
-	LoadEpochFloor(ctx context.Context, q Querier, source string) (Position, bool, error)
-}
-
-// CheckpointStore reads and writes positions and watermarks in the target,
-// inside the caller's transaction.
-type CheckpointStore interface {
-	// Init creates the control tables if they are missing.
-	Init(ctx context.Context, q Querier) error
-	// LoadPosition returns the stored position of source and whether there
-	// is one. A stored value that does not parse is an error naming the
-	// table and source; nothing is written.
-	LoadPosition(ctx context.Context, q Querier, source string) (Position, bool, error)
-	// SavePosition stores pos for source.
-	SavePosition(ctx context.Context, q Querier, source string, pos Position) error
-	// LoadWatermark returns the stored catch-up watermark of a table.
-	LoadWatermark(ctx context.Context, q Querier, source string, table TableID) (time.Time, bool, error)
-	// SaveWatermark stores a table's watermark; it never moves it backwards.
-	SaveWatermark(ctx context.Context, q Querier, source string, w Watermark) error
 }

@@ -388,13 +388,3 @@ type VerifyRun struct {
 	// FinishedAt is the target's clock when the run was recorded.
 	FinishedAt time.Time
 }
-
-// VerifyRunStore stores the last VerifyRun per source in the target (a
-// CheckpointStore may implement it).
-type VerifyRunStore interface {
-	// SaveVerifyRun records r, replacing the source's previous run.
-	SaveVerifyRun(ctx context.Context, q Querier, r VerifyRun) error
-	// LastVerifyRun returns the source's last run; ok is false when
-	// there is none.
-	LastVerifyRun(ctx context.Context, q Querier, source string) (r VerifyRun, ok bool, err error)
-}

@@ -419,8 +419,8 @@ func (t *Tailer) resolve(stored tidemark.Position, st serverState) (Resolution, 
 }
 
 // epochFloor is the highest epoch the source's rows were written in and the
-// server of that epoch (tidemark.EpochFloorStore), kept apart from the
-// checkpoint.
+// server of that epoch (kept in the target by the checkpoint package, apart
+// from the checkpoint).
 type epochFloor struct {
 	known bool
 	epoch uint32
@@ -443,7 +443,7 @@ func (f epochFloor) lift(e uint32, id tidemark.SourceIdentity) (uint32, bool) {
 	return f.epoch + 1, true
 }
 
-// SetEpochFloor records the source's epoch floor (EpochFloorStore): no
+// SetEpochFloor records the source's epoch floor (read from the target): no
 // position is resumed, and no Reader sharing the lineage stamps rows, in an
 // epoch below it. Call it before Stream, Resolve, Accept or Seed.
 func (t *Tailer) SetEpochFloor(floor tidemark.Position) {

@@ -1,14 +1,18 @@
-// Package checkpoint stores source positions and per-table catch-up
-// watermarks in the target PostgreSQL database, next to the data they
-// describe.
+// Package checkpoint is tidemark's control state in the target PostgreSQL
+// database, next to the data it describes: source positions, per-table
+// catch-up watermarks and states, stream offsets, verify runs, epoch floors
+// and the hard-delete tombstones. It owns every control table (their DDL and
+// names), the one control-schema setting (Config.Schema, DefaultSchema) and
+// the DDL lock (DDLLockKey).
 //
 // A Store never opens connections of its own: every method runs on the
-// tidemark.Querier it is given, which a sink adapts from the transaction
-// that also writes the batch's data. A checkpoint or watermark therefore
-// commits (or rolls back) together with the rows it describes, and can never
-// be ahead of them.
+// Querier it is given, which the PostgreSQL sink (sink/postgres, the one
+// product package that imports this one) adapts from the transaction that
+// also writes the batch's data. A checkpoint or watermark therefore commits
+// (or rolls back) together with the rows it describes, and can never be
+// ahead of them.
 //
-// The control tables live in one schema (default "tidemark"):
+// The control tables live in one schema (default DefaultSchema):
 //
 //	checkpoints(source text primary key, position text not null, gtid text,
 //	            file text, pos bigint, updated_at timestamptz not null default now())
@@ -30,6 +34,12 @@
 // checkpoints.position holds tidemark.Position.String and is the value read
 // back; gtid, file and pos are the same position split out for people and
 // monitoring queries.
+//
+// Init also creates stream_offsets (the appliers' offsets, SaveOffset),
+// verify_runs (SaveVerifyRun) and source_epochs (each source's epoch floor,
+// raised by SavePosition). InitTombstones creates tombstones and
+// tombstone_state, which the sink writes in hard-delete mode
+// (sink/postgres/tombstones.go).
 package checkpoint
 
 import (
@@ -48,12 +58,15 @@ import (
 // empty.
 const DefaultSchema = "tidemark"
 
-// ddlLockKey is the transaction-level advisory lock Init takes so that
-// concurrent sessions creating the control tables do not race (CREATE SCHEMA
-// IF NOT EXISTS and CREATE TABLE IF NOT EXISTS can both fail with a unique
-// violation, SQLSTATE 23505, when two sessions run them at once). The value
-// is arbitrary but fixed: "tidemark" in ASCII, truncated to 63 bits.
-const ddlLockKey int64 = 0x746964656d61726b
+// DDLLockKey is the transaction-level advisory lock (pg_advisory_xact_lock)
+// that serializes DDL on the target. Init takes it so that concurrent
+// sessions creating the control tables do not race (CREATE SCHEMA IF NOT
+// EXISTS and CREATE TABLE IF NOT EXISTS can both fail with a unique
+// violation, SQLSTATE 23505, when two sessions run them at once); the
+// PostgreSQL sink takes the same key for every change of a target table's
+// layout, so the two never race on a shared schema either. The value is
+// arbitrary but fixed: "tidemark" in ASCII, truncated to 63 bits.
+const DDLLockKey int64 = 0x746964656d61726b
 
 // Config configures a Store.
 type Config struct {
@@ -62,8 +75,8 @@ type Config struct {
 	Schema string
 }
 
-// Store implements tidemark.CheckpointStore on PostgreSQL tables. It is safe
-// for concurrent use; it holds no state besides its SQL text.
+// Store is the control state on PostgreSQL tables. It is safe for
+// concurrent use; it holds no state besides its SQL text.
 type Store struct {
 	schema string // unquoted, for messages
 
@@ -79,14 +92,9 @@ type Store struct {
 	loadOffsetsSQL, insertOffsetSQL, updateOffsetSQL string
 	offsetsName                                      string
 	saveVerifySQL, loadVerifySQL                     string
-}
 
-var (
-	_ tidemark.CheckpointStore = (*Store)(nil)
-	_ tidemark.TableStateStore = (*Store)(nil)
-	_ tidemark.OffsetStore     = (*Store)(nil)
-	_ tidemark.EpochFloorStore = (*Store)(nil)
-)
+	tombstones, tombstoneState string // quoted "schema"."table"
+}
 
 // New validates cfg and returns a Store.
 func New(cfg Config) (*Store, error) {
@@ -110,6 +118,8 @@ func New(cfg Config) (*Store, error) {
 		wmarksName:      schema + ".watermarks",
 		tablesName:      schema + ".tables",
 		offsetsName:     schema + ".stream_offsets",
+		tombstones:      qs + "." + tidemark.QuotePostgres(tombstoneTable),
+		tombstoneState:  qs + "." + tidemark.QuotePostgres(tombstoneStateTable),
 	}
 	// One string of several statements: executed without parameters it is
 	// sent as one simple-protocol query, which PostgreSQL runs as a single
@@ -171,7 +181,7 @@ CREATE TABLE IF NOT EXISTS %s (
 	epoch      integer NOT NULL,
 	identity   text NOT NULL,
 	updated_at timestamptz NOT NULL DEFAULT now()
-)`, ddlLockKey, qs, cp, wm, tb, so, so, vr, ep)
+)`, DDLLockKey, qs, cp, wm, tb, so, so, vr, ep)
 	s.saveVerifySQL = `INSERT INTO ` + vr + ` (source, verdict, tables, differing, errors, summary, finished_at)
 VALUES ($1, $2, $3, $4, $5, $6, now())
 ON CONFLICT (source) DO UPDATE SET verdict = EXCLUDED.verdict, tables = EXCLUDED.tables, differing = EXCLUDED.differing,
@@ -235,7 +245,7 @@ func (s *Store) Schema() string { return s.schema }
 // safe to run concurrently from several sessions. The SQL is sent without
 // bind parameters as one multi-statement string, so q must accept that (a
 // pgx connection or transaction does).
-func (s *Store) Init(ctx context.Context, q tidemark.Querier) error {
+func (s *Store) Init(ctx context.Context, q Querier) error {
 	if err := q.Exec(ctx, s.initSQL); err != nil {
 		return fmt.Errorf("create checkpoint tables in schema %q: %w", s.schema, err)
 	}
@@ -245,10 +255,10 @@ func (s *Store) Init(ctx context.Context, q tidemark.Querier) error {
 // LoadPosition returns the stored position of source and whether there is
 // one. A stored value that does not parse is an error naming the table and
 // the source.
-func (s *Store) LoadPosition(ctx context.Context, q tidemark.Querier, source string) (tidemark.Position, bool, error) {
+func (s *Store) LoadPosition(ctx context.Context, q Querier, source string) (tidemark.Position, bool, error) {
 	var text string
 	err := q.QueryRow(ctx, s.loadPosSQL, source).Scan(&text)
-	if errors.Is(err, tidemark.ErrNoRows) {
+	if errors.Is(err, ErrNoRows) {
 		return tidemark.Position{}, false, nil
 	}
 	if err != nil {
@@ -264,7 +274,7 @@ func (s *Store) LoadPosition(ctx context.Context, q tidemark.Querier, source str
 // SavePosition stores pos for source, replacing what was there. It does not
 // compare positions: the caller commits positions in stream order, in the
 // same transaction as the data they follow.
-func (s *Store) SavePosition(ctx context.Context, q tidemark.Querier, source string, pos tidemark.Position) error {
+func (s *Store) SavePosition(ctx context.Context, q Querier, source string, pos tidemark.Position) error {
 	if source == "" {
 		return fmt.Errorf("save checkpoint to %s: empty source name", s.checkpointsName)
 	}
@@ -309,16 +319,20 @@ func (s *Store) SavePosition(ctx context.Context, q tidemark.Querier, source str
 	return nil
 }
 
-// LoadEpochFloor implements tidemark.EpochFloorStore: the highest epoch
-// source's rows were written in, with the identity of the server they came
-// from, and whether one is stored.
-func (s *Store) LoadEpochFloor(ctx context.Context, q tidemark.Querier, source string) (tidemark.Position, bool, error) {
+// LoadEpochFloor returns source's epoch floor: the highest epoch its rows
+// were written in (raised by SavePosition in the batch's transaction, kept
+// apart from the checkpoint, which an operator may delete or edit), as a
+// Position holding only Epoch and Source (the server of that epoch), and
+// whether one is stored. A start position below it cannot take the source
+// back to an epoch whose changes would all lose to the target's rows
+// (docs/FAILOVER.md).
+func (s *Store) LoadEpochFloor(ctx context.Context, q Querier, source string) (tidemark.Position, bool, error) {
 	var (
 		epoch int64
 		id    string
 	)
 	err := q.QueryRow(ctx, s.loadFloorSQL, source).Scan(&epoch, &id)
-	if errors.Is(err, tidemark.ErrNoRows) {
+	if errors.Is(err, ErrNoRows) {
 		return tidemark.Position{}, false, nil
 	}
 	if err != nil {
@@ -335,10 +349,10 @@ func (s *Store) LoadEpochFloor(ctx context.Context, q tidemark.Querier, source s
 
 // LoadWatermark returns the stored catch-up watermark of a table, in UTC,
 // and whether there is one.
-func (s *Store) LoadWatermark(ctx context.Context, q tidemark.Querier, source string, table tidemark.TableID) (time.Time, bool, error) {
+func (s *Store) LoadWatermark(ctx context.Context, q Querier, source string, table tidemark.TableID) (time.Time, bool, error) {
 	var v time.Time
 	err := q.QueryRow(ctx, s.loadWMSQL, source, table.Database, table.Name).Scan(&v)
-	if errors.Is(err, tidemark.ErrNoRows) {
+	if errors.Is(err, ErrNoRows) {
 		return time.Time{}, false, nil
 	}
 	if err != nil {
@@ -349,7 +363,7 @@ func (s *Store) LoadWatermark(ctx context.Context, q tidemark.Querier, source st
 
 // SaveWatermark stores a table's watermark. It never moves a stored
 // watermark backwards: the larger of the stored and the new value is kept.
-func (s *Store) SaveWatermark(ctx context.Context, q tidemark.Querier, source string, w tidemark.Watermark) error {
+func (s *Store) SaveWatermark(ctx context.Context, q Querier, source string, w tidemark.Watermark) error {
 	if source == "" {
 		return fmt.Errorf("save watermark of %s to %s: empty source name", w.Table, s.wmarksName)
 	}
@@ -367,7 +381,7 @@ func (s *Store) SaveWatermark(ctx context.Context, q tidemark.Querier, source st
 
 // LoadTableStates returns the table states recorded for source, ordered by
 // table.
-func (s *Store) LoadTableStates(ctx context.Context, q tidemark.Querier, source string) ([]tidemark.TableState, error) {
+func (s *Store) LoadTableStates(ctx context.Context, q Querier, source string) ([]tidemark.TableState, error) {
 	var text string
 	if err := q.QueryRow(ctx, s.loadStatesSQL, source).Scan(&text); err != nil {
 		return nil, fmt.Errorf("load table states of source %q from %s: %w", source, s.tablesName, err)
@@ -402,7 +416,7 @@ func (s *Store) LoadTableStates(ctx context.Context, q tidemark.Querier, source 
 }
 
 // SaveTableState records a table's state, replacing what was there.
-func (s *Store) SaveTableState(ctx context.Context, q tidemark.Querier, source string, st tidemark.TableState) error {
+func (s *Store) SaveTableState(ctx context.Context, q Querier, source string, st tidemark.TableState) error {
 	if source == "" || st.Table.Database == "" || st.Table.Name == "" {
 		return fmt.Errorf("save state of %s (source %q) to %s: incomplete name", st.Table, source, s.tablesName)
 	}
@@ -424,7 +438,7 @@ func (s *Store) SaveTableState(ctx context.Context, q tidemark.Querier, source s
 }
 
 // DeleteTableState forgets a table's state.
-func (s *Store) DeleteTableState(ctx context.Context, q tidemark.Querier, source string, table tidemark.TableID) error {
+func (s *Store) DeleteTableState(ctx context.Context, q Querier, source string, table tidemark.TableID) error {
 	if err := q.Exec(ctx, s.deleteStateSQL, source, table.Database, table.Name); err != nil {
 		return fmt.Errorf("delete state of %s (source %q) from %s: %w", table, source, s.tablesName, err)
 	}
@@ -433,15 +447,16 @@ func (s *Store) DeleteTableState(ctx context.Context, q tidemark.Querier, source
 
 // DeleteWatermark forgets a table's catch-up watermark: its next catch-up
 // is a full snapshot.
-func (s *Store) DeleteWatermark(ctx context.Context, q tidemark.Querier, source string, table tidemark.TableID) error {
+func (s *Store) DeleteWatermark(ctx context.Context, q Querier, source string, table tidemark.TableID) error {
 	if err := q.Exec(ctx, s.deleteWMSQL, source, table.Database, table.Name); err != nil {
 		return fmt.Errorf("delete watermark of %s (source %q) from %s: %w", table, source, s.wmarksName, err)
 	}
 	return nil
 }
 
-// LoadOffsets implements tidemark.OffsetStore.
-func (s *Store) LoadOffsets(ctx context.Context, q tidemark.Querier, group, topic string) ([]tidemark.StreamOffset, error) {
+// LoadOffsets returns the stored offsets of group's partitions of topic
+// (Prev is set to Next).
+func (s *Store) LoadOffsets(ctx context.Context, q Querier, group, topic string) ([]tidemark.StreamOffset, error) {
 	var text string
 	if err := q.QueryRow(ctx, s.loadOffsetsSQL, group, topic).Scan(&text); err != nil {
 		return nil, fmt.Errorf("load offsets of group %q, topic %q from %s: %w", group, topic, s.offsetsName, err)
@@ -470,8 +485,10 @@ func (s *Store) LoadOffsets(ctx context.Context, q tidemark.Querier, group, topi
 	return out, nil
 }
 
-// SaveOffset implements tidemark.OffsetStore: a compare-and-set on o.Prev.
-func (s *Store) SaveOffset(ctx context.Context, q tidemark.Querier, o tidemark.StreamOffset) error {
+// SaveOffset stores o if the stored Next still equals o.Prev (no row when
+// o.Prev is -1): a compare-and-set; otherwise it returns an error wrapping
+// tidemark.ErrOffsetMoved.
+func (s *Store) SaveOffset(ctx context.Context, q Querier, o tidemark.StreamOffset) error {
 	what := fmt.Sprintf("save offset %d of group %q, topic %q, partition %d to %s", o.Next, o.Group, o.Topic, o.Partition, s.offsetsName)
 	if o.Group == "" || o.Topic == "" || o.Partition < 0 || o.Next < 0 {
 		return fmt.Errorf("%s: incomplete offset", what)
@@ -483,7 +500,7 @@ func (s *Store) SaveOffset(ctx context.Context, q tidemark.Querier, o tidemark.S
 	} else {
 		err = q.QueryRow(ctx, s.updateOffsetSQL, o.Group, o.Topic, o.Partition, o.Next, o.Schema, o.TopicID, o.Epoch, int64(o.Floor.Seq), int32(o.Floor.Index), o.Prev).Scan(&one)
 	}
-	if errors.Is(err, tidemark.ErrNoRows) {
+	if errors.Is(err, ErrNoRows) {
 		return fmt.Errorf("%s: expected stored offset %d: %w", what, o.Prev, tidemark.ErrOffsetMoved)
 	}
 	if err != nil {
@@ -492,11 +509,9 @@ func (s *Store) SaveOffset(ctx context.Context, q tidemark.Querier, o tidemark.S
 	return nil
 }
 
-var _ tidemark.VerifyRunStore = (*Store)(nil)
-
 // SaveVerifyRun records the outcome of a verification of r.Source,
 // replacing the previous one (FinishedAt is the target's clock).
-func (s *Store) SaveVerifyRun(ctx context.Context, q tidemark.Querier, r tidemark.VerifyRun) error {
+func (s *Store) SaveVerifyRun(ctx context.Context, q Querier, r tidemark.VerifyRun) error {
 	if r.Source == "" {
 		return fmt.Errorf("save verify run to %s.verify_runs: source: required", s.schema)
 	}
@@ -508,10 +523,10 @@ func (s *Store) SaveVerifyRun(ctx context.Context, q tidemark.Querier, r tidemar
 
 // LastVerifyRun returns the last recorded verification of source; ok is
 // false when there is none.
-func (s *Store) LastVerifyRun(ctx context.Context, q tidemark.Querier, source string) (r tidemark.VerifyRun, ok bool, err error) {
+func (s *Store) LastVerifyRun(ctx context.Context, q Querier, source string) (r tidemark.VerifyRun, ok bool, err error) {
 	r.Source = source
 	err = q.QueryRow(ctx, s.loadVerifySQL, source).Scan(&r.Verdict, &r.Tables, &r.Differing, &r.Errors, &r.Summary, &r.FinishedAt)
-	if errors.Is(err, tidemark.ErrNoRows) {
+	if errors.Is(err, ErrNoRows) {
 		return r, false, nil
 	}
 	if err != nil {

@@ -6,17 +6,17 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"tidemark"
+	"tidemark/checkpoint"
 )
 
-// adapter adapts a pgx connection or transaction to tidemark.Querier, as
+// adapter adapts a pgx connection or transaction to checkpoint.Querier, as
 // the sinks do.
 type adapter struct {
 	exec  func(ctx context.Context, sql string, args ...any) error
 	query func(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-func newQuerier(conn *pgx.Conn) tidemark.Querier {
+func newQuerier(conn *pgx.Conn) checkpoint.Querier {
 	return adapter{
 		exec: func(ctx context.Context, sql string, args ...any) error {
 			_, err := conn.Exec(ctx, sql, args...)
@@ -26,7 +26,7 @@ func newQuerier(conn *pgx.Conn) tidemark.Querier {
 	}
 }
 
-func txQuerier(tx pgx.Tx) tidemark.Querier {
+func txQuerier(tx pgx.Tx) checkpoint.Querier {
 	return adapter{
 		exec: func(ctx context.Context, sql string, args ...any) error {
 			_, err := tx.Exec(ctx, sql, args...)
@@ -40,7 +40,7 @@ func (a adapter) Exec(ctx context.Context, sql string, args ...any) error {
 	return a.exec(ctx, sql, args...)
 }
 
-func (a adapter) QueryRow(ctx context.Context, sql string, args ...any) tidemark.RowScanner {
+func (a adapter) QueryRow(ctx context.Context, sql string, args ...any) checkpoint.RowScanner {
 	return row{a.query(ctx, sql, args...)}
 }
 
@@ -49,7 +49,7 @@ type row struct{ r pgx.Row }
 func (r row) Scan(dest ...any) error {
 	err := r.r.Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return tidemark.ErrNoRows
+		return checkpoint.ErrNoRows
 	}
 	return err
 }

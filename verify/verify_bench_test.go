@@ -87,7 +87,7 @@ func BenchmarkVerify(b *testing.B) {
 		if err != nil {
 			return nil, err
 		}
-		sink, err := postgres.Open(ctx, postgres.Config{DSN: env.PGDSN, ControlSchema: control, Checkpoints: store, Logger: slog.New(slog.DiscardHandler)})
+		sink, err := postgres.Open(ctx, postgres.Config{DSN: env.PGDSN, Checkpoints: store, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			return nil, err
 		}

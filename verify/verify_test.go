@@ -41,7 +41,7 @@ func newE2E(t *testing.T) *e2e {
 	if err := bc.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	return &e2e{Replica: r, bc: bc, pc: postgres.Config{DSN: r.Env.PGDSN, ControlSchema: r.Control}}
+	return &e2e{Replica: r, bc: bc, pc: postgres.Config{DSN: r.Env.PGDSN}}
 }
 
 func (e *e2e) replicate() {

@@ -13,6 +13,7 @@ import (
 
 	"tidemark"
 	"tidemark/binlog"
+	"tidemark/checkpoint"
 	"tidemark/internal/workload"
 	"tidemark/status"
 	"tidemark/verify"
@@ -73,7 +74,7 @@ func demo(ctx context.Context, flavor string, steps int, listen string, log *slo
 
 	fmt.Fprintf(out, "tidemark demo: %s %s → PostgreSQL, source zone %s\n\n", env.ServerName(), env.MySQLAddr, demoZone)
 	// A clean slate: the demo's target schema and checkpoint.
-	if err := lab.ResetTarget(ctx, demoDB, "tidemark", demoSource); err != nil {
+	if err := lab.ResetTarget(ctx, demoDB, checkpoint.DefaultSchema, demoSource); err != nil {
 		return err
 	}
 	start, err := lab.Position()

@@ -80,7 +80,7 @@ func openStateTarget(ctx context.Context, cfg *Config, log *slog.Logger, mode op
 // filled in by the caller).
 func (c *Config) PostgresSinkConfig() postgres.Config {
 	p := c.Target.Postgres
-	return postgres.Config{DSN: p.DSN, TargetSchema: p.Schema, ControlSchema: p.ControlSchema, DeleteMode: postgres.DeleteMode(p.DeleteMode), MaxConns: p.MaxConns,
+	return postgres.Config{DSN: p.DSN, TargetSchema: p.Schema, DeleteMode: postgres.DeleteMode(p.DeleteMode), MaxConns: p.MaxConns,
 		ApplyTimeout: p.ApplyTimeout,
 		// The appliers (an apply section) keep added columns nullable:
 		// SchemaPolicy.KeepNullable.

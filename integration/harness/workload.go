@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"tidemark"
+	"tidemark/checkpoint"
 	"tidemark/internal/workload"
 )
 
@@ -43,7 +44,7 @@ func SourcePosition(my *client.Conn) (tidemark.Position, error) { return workloa
 // StoredCheckpoint reads a source's checkpoint from the control table.
 func StoredCheckpoint(ctx context.Context, pg *pgx.Conn, controlSchema, source string) (tidemark.Position, bool, error) {
 	if controlSchema == "" {
-		controlSchema = "tidemark"
+		controlSchema = checkpoint.DefaultSchema
 	}
 	var s string
 	err := pg.QueryRow(ctx, "SELECT position FROM "+quotePG(controlSchema)+".checkpoints WHERE source = $1", source).Scan(&s)

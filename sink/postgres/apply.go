@@ -459,12 +459,8 @@ func (s *Sink) applyOnce(ctx context.Context, b *tidemark.Batch, p *batchPlan) (
 		}
 	}
 	if len(b.Offsets) > 0 {
-		store, ok := s.cfg.Checkpoints.(tidemark.OffsetStore)
-		if !ok {
-			return st, fmt.Errorf("save stream offsets: the checkpoint store %T does not store them", s.cfg.Checkpoints)
-		}
 		for _, o := range b.Offsets {
-			if err := store.SaveOffset(ctx, q, o); err != nil {
+			if err := s.cfg.Checkpoints.SaveOffset(ctx, q, o); err != nil {
 				return st, err
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"tidemark"
+	"tidemark/checkpoint"
 )
 
 // DeleteMode says what a source delete does to the target row.
@@ -31,13 +32,12 @@ type Config struct {
 	// explicitly; pgx's default, prefer, silently falls back to plaintext
 	// (Open logs a warning when that fallback is possible).
 	DSN string
-	// Checkpoints stores positions and watermarks in the target, inside
-	// each batch's transaction. Required.
-	Checkpoints tidemark.CheckpointStore
-	// ControlSchema is the schema of the sink's own tables: the hard-delete
-	// tombstones (tombstones.go). Default "tidemark"; use the checkpoint
-	// store's schema.
-	ControlSchema string
+	// Checkpoints is the control state in the target — positions,
+	// watermarks, table states, stream offsets, verify runs, the epoch
+	// floor and the hard-delete tombstones (tombstones.go) — written inside
+	// each batch's transaction, in its schema (checkpoint.Config.Schema,
+	// the one control-schema setting). Required.
+	Checkpoints *checkpoint.Store
 	// TargetSchema is the PostgreSQL schema of every target table. Empty
 	// means one schema per source database, named like it.
 	TargetSchema string
@@ -87,9 +87,6 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.ControlSchema == "" {
-		c.ControlSchema = "tidemark"
-	}
 	c.Schema = c.Schema.withDefaults()
 	if c.ApplyTimeout <= 0 {
 		c.ApplyTimeout = DefaultApplyTimeout
@@ -110,9 +107,6 @@ func (c Config) validate() error {
 		if err := checkName("schema", c.TargetSchema); err != nil {
 			return fmt.Errorf("postgres sink config: target_schema: %w", err)
 		}
-	}
-	if err := checkName("schema", c.ControlSchema); err != nil {
-		return fmt.Errorf("postgres sink config: control_schema: %w", err)
 	}
 	switch c.DeleteMode {
 	case DeleteHard, DeleteSoft:

@@ -220,53 +220,6 @@ func TestIncompatibleSchema(t *testing.T) {
 	}
 }
 
-// stateStore is testStore plus table states (tidemark.TableStateStore).
-type stateStore struct{ *testStore }
-
-func (s *stateStore) st() string { return tidemark.QuotePostgres(s.schema) + ".states" }
-
-func (s *stateStore) Init(ctx context.Context, q tidemark.Querier) error {
-	if err := s.testStore.Init(ctx, q); err != nil {
-		return err
-	}
-	return q.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s.st()+` (source text, db text, tbl text, mode text, reason text, seq bigint, idx int, PRIMARY KEY (source, db, tbl))`)
-}
-
-func (s *stateStore) LoadTableStates(ctx context.Context, q tidemark.Querier, source string) ([]tidemark.TableState, error) {
-	var text string
-	if err := q.QueryRow(ctx, `SELECT coalesce(json_agg(json_build_object('db', db, 'tbl', tbl, 'mode', mode, 'reason', reason, 'seq', seq, 'idx', idx) ORDER BY db, tbl), '[]')::text FROM `+s.st()+` WHERE source = $1`, source).Scan(&text); err != nil {
-		return nil, err
-	}
-	var rows []struct {
-		DB, Tbl, Mode, Reason string
-		Seq                   uint64
-		Idx                   uint32
-	}
-	if err := json.Unmarshal([]byte(text), &rows); err != nil {
-		return nil, err
-	}
-	var out []tidemark.TableState
-	for _, r := range rows {
-		out = append(out, tidemark.TableState{Table: tidemark.TableID{Database: r.DB, Name: r.Tbl}, Mode: tidemark.TableMode(r.Mode), Reason: r.Reason, Floor: tidemark.Version{Seq: r.Seq, Index: r.Idx}})
-	}
-	return out, nil
-}
-
-func (s *stateStore) SaveTableState(ctx context.Context, q tidemark.Querier, source string, st tidemark.TableState) error {
-	return q.Exec(ctx, `INSERT INTO `+s.st()+` VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (source, db, tbl) DO UPDATE SET mode = EXCLUDED.mode, reason = EXCLUDED.reason, seq = EXCLUDED.seq, idx = EXCLUDED.idx`,
-		source, st.Table.Database, st.Table.Name, string(st.Mode), st.Reason, int64(st.Floor.Seq), int32(st.Floor.Index))
-}
-
-func (s *stateStore) DeleteTableState(ctx context.Context, q tidemark.Querier, source string, id tidemark.TableID) error {
-	return q.Exec(ctx, `DELETE FROM `+s.st()+` WHERE source = $1 AND db = $2 AND tbl = $3`, source, id.Database, id.Name)
-}
-
-func (s *stateStore) DeleteWatermark(ctx context.Context, q tidemark.Querier, source string, id tidemark.TableID) error {
-	return q.Exec(ctx, `DELETE FROM `+s.wm()+` WHERE source = $1 AND db = $2 AND tbl = $3`, source, id.Database, id.Name)
-}
-
-func withStates(c *Config) { c.Checkpoints = &stateStore{c.Checkpoints.(*testStore)} }
-
 // TestApplyDDL: renames keep the data, drops follow the policy, a kept
 // column added again starts over, TRUNCATE and DROP TABLE are applied or
 // refused, each with its checkpoint in the same transaction.
@@ -333,7 +286,7 @@ func TestApplyDDL(t *testing.T) {
 	})
 
 	t.Run("truncate and drop table", func(t *testing.T) {
-		e := newEnv(t, withStates, func(c *Config) { c.Schema.DropTable = ApplyDDL })
+		e := newEnv(t, func(c *Config) { c.Schema.DropTable = ApplyDDL })
 		other := evoTable("other", id)
 		e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(s1, v(1, 1), int64(1), "one", nil), ins(other, v(1, 2), int64(1))}})
 		if err := e.sink.SetTableState(ctx, "s", tidemark.TableState{Table: other.ID, Mode: tidemark.TableStreaming}); err != nil {
@@ -387,15 +340,11 @@ func TestApplyDDL(t *testing.T) {
 	})
 }
 
-// TestRegistry: states (only with a store that keeps them), HasTable,
-// ResetTable (target and watermark gone), EnsureTable, and the source lock.
+// TestRegistry: states, HasTable, ResetTable (target and watermark gone),
+// EnsureTable, and the source lock.
 func TestRegistry(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	if _, err := e.sink.TableStates(ctx, "s"); !errors.Is(err, errors.ErrUnsupported) {
-		t.Fatalf("TableStates without a state store: %v", err)
-	}
-	e = newEnv(t, withStates)
 	tbl := simpleTable("reg")
 	st := tidemark.TableState{Table: tbl.ID, Mode: tidemark.TableQuarantined, Reason: "why", Floor: v(3, 0)}
 	if err := e.sink.SetTableState(ctx, "s", st); err != nil {

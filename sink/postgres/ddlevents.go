@@ -96,13 +96,11 @@ func (s *Sink) applyEvent(ctx context.Context, tx pgx.Tx, source string, ev tide
 				return fmt.Errorf("drop %s: %w", qname, err)
 			}
 		}
-		if store, ok := s.cfg.Checkpoints.(tidemark.TableStateStore); ok {
-			if err := store.DeleteTableState(ctx, querier{tx}, source, ev.Table); err != nil {
-				return err
-			}
-			if err := store.DeleteWatermark(ctx, querier{tx}, source, ev.Table); err != nil {
-				return err
-			}
+		if err := s.cfg.Checkpoints.DeleteTableState(ctx, querier{tx}, source, ev.Table); err != nil {
+			return err
+		}
+		if err := s.cfg.Checkpoints.DeleteWatermark(ctx, querier{tx}, source, ev.Table); err != nil {
+			return err
 		}
 	case tidemark.DDLAlterTable:
 		if !exists {

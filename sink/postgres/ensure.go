@@ -10,17 +10,19 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"tidemark"
+	"tidemark/checkpoint"
 )
 
 // ddlTx runs fn in one transaction that holds the DDL lock (the
-// transaction-level advisory lock on ddlLockKey) from its start: every
+// transaction-level advisory lock on checkpoint.DDLLockKey, which the
+// control tables' Init takes too) from its start: every
 // change of a target table's layout, its alignment comment and the control
 // tables is made under it, so concurrent sessions never race into unique
 // violations (CREATE … IF NOT EXISTS) or read an alignment another is
 // rewriting. The error is redacted.
 func (s *Sink) ddlTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	return redact(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", ddlLockKey); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", checkpoint.DDLLockKey); err != nil {
 			return fmt.Errorf("lock for DDL: %w", err)
 		}
 		return fn(tx)

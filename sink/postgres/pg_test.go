@@ -13,73 +13,26 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"tidemark"
+	"tidemark/checkpoint"
 	"tidemark/internal/testenv"
 )
 
-// testStore is a minimal CheckpointStore on real tables in the test's
-// schema (the sink's tests cannot import the checkpoint package). failSave,
-// when set, makes SavePosition fail after writing.
-type testStore struct {
-	schema   string
-	failSave func() error
-}
-
-func (s *testStore) cp() string { return tidemark.QuotePostgres(s.schema) + ".cp" }
-func (s *testStore) wm() string { return tidemark.QuotePostgres(s.schema) + ".wm" }
-
-func (s *testStore) Init(ctx context.Context, q tidemark.Querier) error {
-	return q.Exec(ctx, `SELECT pg_advisory_xact_lock(1);
-CREATE SCHEMA IF NOT EXISTS `+tidemark.QuotePostgres(s.schema)+`;
-CREATE TABLE IF NOT EXISTS `+s.cp()+` (source text PRIMARY KEY, position text NOT NULL);
-CREATE TABLE IF NOT EXISTS `+s.wm()+` (source text, db text, tbl text, value timestamptz NOT NULL, PRIMARY KEY (source, db, tbl))`)
-}
-
-func (s *testStore) LoadPosition(ctx context.Context, q tidemark.Querier, source string) (tidemark.Position, bool, error) {
-	var text string
-	err := q.QueryRow(ctx, `SELECT position FROM `+s.cp()+` WHERE source = $1`, source).Scan(&text)
-	if errors.Is(err, tidemark.ErrNoRows) {
-		return tidemark.Position{}, false, nil
-	}
+// newStore returns the control state of one test, in its own schema
+// (dropped at cleanup): tombstones and checkpoints per test.
+func newStore(t testing.TB) *checkpoint.Store {
+	t.Helper()
+	store, err := checkpoint.New(checkpoint.Config{Schema: testenv.Schema(t)})
 	if err != nil {
-		return tidemark.Position{}, false, err
+		t.Fatal(err)
 	}
-	pos, err := tidemark.ParsePosition(text)
-	if err != nil {
-		return tidemark.Position{}, false, fmt.Errorf("load checkpoint of source %q from %s.cp: %w", source, s.schema, err)
-	}
-	return pos, true, nil
-}
-
-func (s *testStore) SavePosition(ctx context.Context, q tidemark.Querier, source string, pos tidemark.Position) error {
-	if err := q.Exec(ctx, `INSERT INTO `+s.cp()+` (source, position) VALUES ($1, $2)
-ON CONFLICT (source) DO UPDATE SET position = EXCLUDED.position`, source, pos.String()); err != nil {
-		return err
-	}
-	if s.failSave != nil {
-		return s.failSave()
-	}
-	return nil
-}
-
-func (s *testStore) LoadWatermark(ctx context.Context, q tidemark.Querier, source string, table tidemark.TableID) (time.Time, bool, error) {
-	var v time.Time
-	err := q.QueryRow(ctx, `SELECT value FROM `+s.wm()+` WHERE source = $1 AND db = $2 AND tbl = $3`, source, table.Database, table.Name).Scan(&v)
-	if errors.Is(err, tidemark.ErrNoRows) {
-		return time.Time{}, false, nil
-	}
-	return v.UTC(), err == nil, err
-}
-
-func (s *testStore) SaveWatermark(ctx context.Context, q tidemark.Querier, source string, w tidemark.Watermark) error {
-	return q.Exec(ctx, `INSERT INTO `+s.wm()+` AS w (source, db, tbl, value) VALUES ($1, $2, $3, $4)
-ON CONFLICT (source, db, tbl) DO UPDATE SET value = GREATEST(w.value, EXCLUDED.value)`, source, w.Table.Database, w.Table.Name, w.Value)
+	return store
 }
 
 // env is one test's sink, schema and checking connection.
 type env struct {
 	t      testing.TB
 	sink   *Sink
-	store  *testStore
+	store  *checkpoint.Store
 	schema string // target schema
 	conn   *pgx.Conn
 }
@@ -91,15 +44,13 @@ func softDeletes(c *Config) { c.DeleteMode = DeleteSoft }
 func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Helper()
 	schema := testenv.Schema(t)
-	store := &testStore{schema: testenv.Schema(t)}
+	store := newStore(t)
 	cfg := Config{
 		DSN:          testenv.PG(t),
 		Checkpoints:  store,
 		TargetSchema: schema,
-		// Tombstones per test (sources are all named "s").
-		ControlSchema: store.schema,
-		Logger:        slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Retry:         tidemark.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond, Attempts: 5},
+		Logger:       slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Retry:        tidemark.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond, Attempts: 5},
 	}
 	for _, o := range opts {
 		o(&cfg)

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -12,24 +11,12 @@ import (
 
 var _ tidemark.TableRegistry = (*Sink)(nil)
 
-func (s *Sink) stateStore() (tidemark.TableStateStore, error) {
-	st, ok := s.cfg.Checkpoints.(tidemark.TableStateStore)
-	if !ok {
-		return nil, fmt.Errorf("table states: the checkpoint store %T does not store them: %w", s.cfg.Checkpoints, errors.ErrUnsupported)
-	}
-	return st, nil
-}
-
 // TableStates implements tidemark.TableRegistry.
 func (s *Sink) TableStates(ctx context.Context, source string) ([]tidemark.TableState, error) {
-	store, err := s.stateStore()
-	if err != nil {
-		return nil, err
-	}
 	var out []tidemark.TableState
-	err = s.retry(ctx, "read table states", func(ctx context.Context) error {
+	err := s.retry(ctx, "read table states", func(ctx context.Context) error {
 		var err error
-		out, err = store.LoadTableStates(ctx, querier{s.pool}, source)
+		out, err = s.cfg.Checkpoints.LoadTableStates(ctx, querier{s.pool}, source)
 		return redact(err, s.secret)
 	})
 	return out, redact(err, s.secret)
@@ -37,12 +24,8 @@ func (s *Sink) TableStates(ctx context.Context, source string) ([]tidemark.Table
 
 // SetTableState implements tidemark.TableRegistry.
 func (s *Sink) SetTableState(ctx context.Context, source string, st tidemark.TableState) error {
-	store, err := s.stateStore()
-	if err != nil {
-		return err
-	}
-	err = s.retry(ctx, "record state of "+st.Table.String(), func(ctx context.Context) error {
-		return redact(store.SaveTableState(ctx, querier{s.pool}, source, st), s.secret)
+	err := s.retry(ctx, "record state of "+st.Table.String(), func(ctx context.Context) error {
+		return redact(s.cfg.Checkpoints.SaveTableState(ctx, querier{s.pool}, source, st), s.secret)
 	})
 	return redact(err, s.secret)
 }
@@ -72,10 +55,7 @@ func (s *Sink) ResetTable(ctx context.Context, source string, id tidemark.TableI
 			if _, err := tx.Exec(ctx, "DROP TABLE IF EXISTS "+qname); err != nil {
 				return fmt.Errorf("drop %s: %w", qname, err)
 			}
-			if store, ok := s.cfg.Checkpoints.(tidemark.TableStateStore); ok {
-				return store.DeleteWatermark(ctx, querier{tx}, source, id)
-			}
-			return nil
+			return s.cfg.Checkpoints.DeleteWatermark(ctx, querier{tx}, source, id)
 		})
 	})
 	s.forgetTable(id)

@@ -270,7 +270,7 @@ func TestSSLModeWarning(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			s, err := Open(context.Background(), Config{DSN: c.dsn, Checkpoints: &testStore{schema: testenv.Schema(t)},
+			s, err := Open(context.Background(), Config{DSN: c.dsn, Checkpoints: newStore(t),
 				Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 			if err != nil {
 				t.Fatal(err)

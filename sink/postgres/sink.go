@@ -40,6 +40,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"tidemark"
+	"tidemark/checkpoint"
 )
 
 // Sink applies batches to PostgreSQL. It is safe for concurrent use; Apply
@@ -183,20 +184,16 @@ func (s *Sink) Init(ctx context.Context) error {
 	return redact(err, s.secret)
 }
 
-// EpochFloor returns the source's epoch floor (tidemark.EpochFloorStore)
-// when the checkpoint store keeps one, and whether there is one.
+// EpochFloor returns the source's epoch floor
+// (checkpoint.Store.LoadEpochFloor), and whether there is one.
 func (s *Sink) EpochFloor(ctx context.Context, source string) (tidemark.Position, bool, error) {
-	fs, ok := s.cfg.Checkpoints.(tidemark.EpochFloorStore)
-	if !ok {
-		return tidemark.Position{}, false, nil
-	}
 	var (
 		floor tidemark.Position
 		has   bool
 	)
 	err := s.retry(ctx, "read epoch floor", func(ctx context.Context) error {
 		var err error
-		floor, has, err = fs.LoadEpochFloor(ctx, querier{s.pool}, source)
+		floor, has, err = s.cfg.Checkpoints.LoadEpochFloor(ctx, querier{s.pool}, source)
 		return redact(err, s.secret)
 	})
 	return floor, has, err
@@ -223,14 +220,10 @@ func (s *Sink) Checkpoint(ctx context.Context, source string) (tidemark.Position
 // Offsets implements tidemark.StreamTarget: the stored offsets of group's
 // partitions of topic.
 func (s *Sink) Offsets(ctx context.Context, group, topic string) ([]tidemark.StreamOffset, error) {
-	store, ok := s.cfg.Checkpoints.(tidemark.OffsetStore)
-	if !ok {
-		return nil, fmt.Errorf("read stream offsets: the checkpoint store %T does not store them", s.cfg.Checkpoints)
-	}
 	var out []tidemark.StreamOffset
 	err := s.retry(ctx, "read stream offsets", func(ctx context.Context) error {
 		var err error
-		out, err = store.LoadOffsets(ctx, querier{s.pool}, group, topic)
+		out, err = s.cfg.Checkpoints.LoadOffsets(ctx, querier{s.pool}, group, topic)
 		return redact(err, s.secret)
 	})
 	return out, redact(err, s.secret)
@@ -274,9 +267,9 @@ func (s *Sink) markEnsured(k defKey) {
 	s.ensured[k] = true
 }
 
-// querier adapts a pgx transaction, connection or pool to tidemark.Querier,
-// so that the CheckpointStore writes in the sink's transaction without pgx
-// types leaving this package.
+// querier adapts a pgx transaction, connection or pool to
+// checkpoint.Querier, so that the control state is written in the sink's
+// transaction without pgx types leaving this package.
 type querier struct {
 	q interface {
 		Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -289,17 +282,17 @@ func (q querier) Exec(ctx context.Context, sql string, args ...any) error {
 	return err
 }
 
-func (q querier) QueryRow(ctx context.Context, sql string, args ...any) tidemark.RowScanner {
+func (q querier) QueryRow(ctx context.Context, sql string, args ...any) checkpoint.RowScanner {
 	return rowScanner{q.q.QueryRow(ctx, sql, args...)}
 }
 
-// rowScanner maps pgx.ErrNoRows to tidemark.ErrNoRows.
+// rowScanner maps pgx.ErrNoRows to checkpoint.ErrNoRows.
 type rowScanner struct{ r pgx.Row }
 
 func (r rowScanner) Scan(dest ...any) error {
 	err := r.r.Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return tidemark.ErrNoRows
+		return checkpoint.ErrNoRows
 	}
 	return err
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"tidemark"
+	"tidemark/checkpoint"
 	"tidemark/internal/testenv"
 )
 
@@ -522,7 +523,13 @@ func TestAtomicity(t *testing.T) {
 			e.apply(&tidemark.Batch{Source: "s", Checkpoint: gtid(1), Changes: []tidemark.Change{
 				ins(good, v(1, 1), int64(100), "kept", nil), ins(money, v(1, 2), int64(100), tidemark.Decimal("1.00"))}})
 			if c.failCP {
-				e.store.failSave = func() error { return errors.New("injected failure") }
+				// The checkpoint's write fails in the batch's
+				// transaction, after it wrote (an AFTER trigger).
+				cs := tidemark.QuotePostgres(e.store.Schema())
+				if _, err := e.conn.Exec(context.Background(), `CREATE FUNCTION `+cs+`.fail() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'injected failure'; END$$;
+CREATE TRIGGER fail AFTER INSERT OR UPDATE ON `+cs+`.checkpoints FOR EACH ROW EXECUTE FUNCTION `+cs+`.fail()`); err != nil {
+					t.Fatal(err)
+				}
 			}
 			before := e.rows(`SELECT id, name FROM ` + e.table("good") + ` ORDER BY id`)
 			_, err := e.sink.Apply(context.Background(), &tidemark.Batch{Source: "s", Checkpoint: gtid(2), Changes: []tidemark.Change{
@@ -701,7 +708,10 @@ func TestInvalidTables(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	store := &testStore{schema: "x"}
+	store, err := checkpoint.New(checkpoint.Config{Schema: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		cfg  Config
@@ -747,7 +757,7 @@ func TestPasswordNotInErrors(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
-			_, err := Open(ctx, Config{DSN: c.dsn, Checkpoints: &testStore{schema: "unused"},
+			_, err := Open(ctx, Config{DSN: c.dsn, Checkpoints: newStore(t),
 				Retry: tidemark.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond, Attempts: 2}})
 			if err == nil {
 				t.Fatal("Open succeeded")
@@ -770,14 +780,14 @@ func TestPasswordNotInErrors(t *testing.T) {
 
 func TestCheckpointBadStoredValue(t *testing.T) {
 	e := newEnv(t)
-	if _, err := e.conn.Exec(context.Background(), `INSERT INTO `+e.store.cp()+` (source, position) VALUES ('x', 'pos=12;bogus')`); err != nil {
+	if _, err := e.conn.Exec(context.Background(), `INSERT INTO `+tidemark.QuotePostgres(e.store.Schema())+`.checkpoints (source, position) VALUES ('x', 'pos=12;bogus')`); err != nil {
 		t.Fatal(err)
 	}
 	_, ok, err := e.sink.Checkpoint(context.Background(), "x")
 	if err == nil || ok {
 		t.Fatalf("Checkpoint = %t, %v; want an error", ok, err)
 	}
-	for _, want := range []string{`source "x"`, e.store.schema + ".cp", "parse position"} {
+	for _, want := range []string{`source "x"`, e.store.Schema() + ".checkpoints", "parse position"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not contain %q", err, want)
 		}

@@ -14,38 +14,6 @@ import (
 	"tidemark"
 )
 
-// offsetStore adds stream offsets (tidemark.OffsetStore) to the test's
-// checkpoint store, with the compare-and-set the real store does.
-type offsetStore struct{ *testStore }
-
-func (s offsetStore) off() string { return tidemark.QuotePostgres(s.schema) + ".offsets" }
-
-func (s offsetStore) Init(ctx context.Context, q tidemark.Querier) error {
-	if err := s.testStore.Init(ctx, q); err != nil {
-		return err
-	}
-	return q.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s.off()+` (grp text, topic text, part int, next bigint NOT NULL, schema text NOT NULL, PRIMARY KEY (grp, topic, part))`)
-}
-
-func (s offsetStore) LoadOffsets(ctx context.Context, q tidemark.Querier, group, topic string) ([]tidemark.StreamOffset, error) {
-	return nil, errors.New("not used by these tests")
-}
-
-func (s offsetStore) SaveOffset(ctx context.Context, q tidemark.Querier, o tidemark.StreamOffset) error {
-	var prev int64 = -1
-	err := q.QueryRow(ctx, `SELECT next FROM `+s.off()+` WHERE grp = $1 AND topic = $2 AND part = $3 FOR UPDATE`, o.Group, o.Topic, o.Partition).Scan(&prev)
-	if err != nil && !errors.Is(err, tidemark.ErrNoRows) {
-		return err
-	}
-	if prev != o.Prev {
-		return fmt.Errorf("save offset: stored %d, read %d: %w", prev, o.Prev, tidemark.ErrOffsetMoved)
-	}
-	return q.Exec(ctx, `INSERT INTO `+s.off()+` (grp, topic, part, next, schema) VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (grp, topic, part) DO UPDATE SET next = EXCLUDED.next, schema = EXCLUDED.schema`, o.Group, o.Topic, o.Partition, o.Next, o.Schema)
-}
-
-func withOffsets(c *Config) { c.Checkpoints = offsetStore{c.Checkpoints.(*testStore)} }
-
 func dropTables(c *Config) { c.Schema.DropTable = ApplyDDL }
 
 // TestDropBefore applies a source DROP TABLE as the appliers of several
@@ -67,7 +35,7 @@ func TestDropBefore(t *testing.T) {
 	}
 	dropAt := v(10, 0)
 
-	e := newEnv(t, dropTables, withOffsets)
+	e := newEnv(t, dropTables)
 	other := *e
 	other.sink = openSinkLike(t, e.sink.cfg) // a second applier process
 	e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(tbl, v(1, 1), int64(1), "one"), ins(tbl, v(2, 1), int64(2), "two")}})
@@ -234,7 +202,7 @@ func TestKeepNullable(t *testing.T) {
 // 1001's partition.
 func twoAppliers(t *testing.T) (*tidemark.Table, *env, *env) {
 	tbl := evoTable("t", tidemark.Column{Name: "id", Kind: tidemark.KindInt, Bits: 64}, tidemark.Column{Name: "a", Kind: tidemark.KindText, Nullable: true})
-	e := newEnv(t, withOffsets)
+	e := newEnv(t)
 	other := *e
 	other.sink = openSinkLike(t, e.sink.cfg)
 	return tbl, e, &other
@@ -290,7 +258,7 @@ func TestConcurrentKeyChangeOfTwoAppliers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = hold.Rollback(ctx) }()
-	if _, err := hold.Exec(ctx, `SELECT 1 FROM `+offsetStore{e.store}.off()+` WHERE grp = 'g' AND topic = 'x' AND part = 1 FOR UPDATE`); err != nil {
+	if _, err := hold.Exec(ctx, `SELECT 1 FROM `+tidemark.QuotePostgres(e.store.Schema())+`.stream_offsets WHERE consumer_group = 'g' AND topic = 'x' AND partition = 1 FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
 	waiting := func(n int) bool {
@@ -352,7 +320,7 @@ func TestOlderLayoutKeepsTheTable(t *testing.T) {
 	id := tidemark.Column{Name: "id", Kind: tidemark.KindInt, Bits: 64}
 	for _, drop := range []bool{false, true} {
 		t.Run(fmt.Sprintf("drop_columns=%v", drop), func(t *testing.T) {
-			opts := []envOption{withOffsets}
+			var opts []envOption
 			if drop {
 				opts = append(opts, func(c *Config) { c.Schema.DropColumns = DropColumns })
 			}
@@ -402,7 +370,7 @@ func TestOlderLayoutKeepsTheTable(t *testing.T) {
 // TestApplyOnlineSchemaChangeCutOver: 'relation … does not exist
 // (SQLSTATE 42P01)' stopped the member).
 func TestBatchOfDroppedTableAppliedAgain(t *testing.T) {
-	e := newEnv(t, withOffsets)
+	e := newEnv(t)
 	tbl := evoTable("t", tidemark.Column{Name: "id", Kind: tidemark.KindInt, Bits: 64}, tidemark.Column{Name: "a", Kind: tidemark.KindText, Nullable: true})
 	drops := 0
 	e.sink.hookBeforeCommit = func(ctx context.Context, tx pgx.Tx) error {

@@ -38,12 +38,6 @@ const (
 	opMarkDeleted = "x"
 )
 
-// ddlLockKey serializes DDL (CREATE SCHEMA / CREATE TABLE IF NOT EXISTS,
-// which race into unique violations between sessions). It is the same key
-// the checkpoint package uses for its control tables, so the two never race
-// on a shared schema either.
-const ddlLockKey int64 = 0x746964656d61726b
-
 // tableDef is everything the sink derives from one source table schema
 // (Table.ID + Table.Fingerprint): names, types and SQL text. It is built
 // without touching the database and is immutable.

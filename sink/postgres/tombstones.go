@@ -20,7 +20,8 @@ import (
 //
 // So every staged hard delete also writes a tombstone — the target table,
 // the key (see tombstoneSQL), the delete's version — into
-// <control schema>.tombstones in the same transaction, and the staged
+// <control schema>.tombstones (a table of the checkpoint package, like every
+// control table) in the same transaction, and the staged
 // upsert skips a row whose key has a newer tombstone. The direct insert
 // path (direct.go) is taken only by rows newer than every tombstone of
 // their table, and never by an applier's batch (one with stream offsets):
@@ -45,12 +46,10 @@ import (
 // checkpoint was set back by hand, does not move the checkpoint forward
 // (it is compared with the newest one ever stored), so nothing is pruned
 // until the replay has passed it.
-const tombstoneTable = "tombstones"
-
-// tombstoneState holds each source's generation and the newest checkpoint
-// it stored (a checkpoint set back by hand does not make a replay look
-// like progress).
-const tombstoneState = "tombstone_state"
+//
+// The tables (tombstones, and tombstone_state: each source's generation
+// and the newest checkpoint it stored) belong to the checkpoint package
+// (checkpoint.Store.InitTombstones).
 
 // tombSource is the pruning state of one source (see above).
 type tombSource struct {
@@ -65,55 +64,15 @@ func (c Config) tombName() string {
 	if c.DeleteMode == DeleteSoft {
 		return ""
 	}
-	return tidemark.QuotePostgres(c.ControlSchema) + "." + tidemark.QuotePostgres(tombstoneTable)
+	return c.Checkpoints.Tombstones()
 }
 
-// initTombstones creates the tombstone table (hard-delete mode).
+// initTombstones creates the tombstone tables (hard-delete mode).
 func (s *Sink) initTombstones(ctx context.Context, tx pgx.Tx) error {
-	tomb := s.cfg.tombName()
-	if tomb == "" {
+	if s.cfg.tombName() == "" {
 		return nil
 	}
-	var exists bool
-	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", tomb).Scan(&exists); err != nil {
-		return fmt.Errorf("look up %s: %w", tomb, err)
-	}
-	// The guard looks a key up (an applier's batches are always guarded)
-	// and pruning in the apply topology goes by table.
-	index := "CREATE INDEX IF NOT EXISTS tombstones_target_key ON " + tomb + " (target, key)"
-	if exists {
-		if _, err := tx.Exec(ctx, index); err != nil {
-			return fmt.Errorf("index %s: %w", tomb, err)
-		}
-		return nil
-	}
-	for _, q := range []string{
-		"CREATE SCHEMA IF NOT EXISTS " + tidemark.QuotePostgres(s.cfg.ControlSchema),
-		// No primary key: every delete writes a row; a replayed delete
-		// adds a second row (pruned alike), which is cheaper than
-		// INSERT … ON CONFLICT for every delete. The index on (target,
-		// key) serves the guard of the apply topology, where every batch
-		// is guarded, and its pruning by table (PruneTombstones).
-		"CREATE TABLE IF NOT EXISTS " + tomb + ` (
-	target text COLLATE "C" NOT NULL, -- "schema"."table" of the deleted row
-	key text COLLATE "C" NOT NULL,    -- its business key (tombstoneSQL)
-	seq bigint NOT NULL,              -- the delete's version
-	idx integer NOT NULL,
-	source text NOT NULL,
-	gen bigint NOT NULL               -- pruning generation
-)`,
-		"CREATE TABLE IF NOT EXISTS " + tidemark.QuotePostgres(s.cfg.ControlSchema) + "." + tidemark.QuotePostgres(tombstoneState) + ` (
-	source text PRIMARY KEY,
-	gen bigint NOT NULL,    -- batches that moved the checkpoint forward
-	newest text NOT NULL    -- the newest checkpoint stored
-)`,
-		index,
-	} {
-		if _, err := tx.Exec(ctx, q); err != nil {
-			return fmt.Errorf("create %s: %w", tomb, err)
-		}
-	}
-	return nil
+	return s.cfg.Checkpoints.InitTombstones(ctx, querier{tx})
 }
 
 var _ tidemark.TombstonePruner = (*Sink)(nil)
@@ -152,7 +111,7 @@ func (s *Sink) tombBegin(ctx context.Context, tx pgx.Tx, b *tidemark.Batch, dele
 	if tomb == "" {
 		return 0, nil, nil
 	}
-	state := tidemark.QuotePostgres(s.cfg.ControlSchema) + "." + tidemark.QuotePostgres(tombstoneState)
+	state := s.cfg.Checkpoints.TombstoneState()
 	s.mu.Lock()
 	cur, ok := s.tombs[b.Source]
 	s.mu.Unlock()

@@ -22,7 +22,7 @@ func TestHardDeleteReplayNeverResurrects(t *testing.T) {
 	q := `SELECT id, name, _tm_seq FROM ` + e.table("hard") + ` ORDER BY id`
 	tombs := func() int {
 		t.Helper()
-		n, err := strconv.Atoi(e.rows(`SELECT count(*) FROM ` + tidemark.QuotePostgres(e.store.schema) + `.tombstones`)[0])
+		n, err := strconv.Atoi(e.rows(`SELECT count(*) FROM ` + tidemark.QuotePostgres(e.store.Schema()) + `.tombstones`)[0])
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,74 @@
+package checkpoint
+
+import (
+	"context"
+	"fmt"
+
+	"tidemark"
+)
+
+// The hard-delete tombstones (what they are for, how they are written and
+// pruned: sink/postgres/tombstones.go).
+const (
+	// tombstoneTable holds one row per hard delete: the target table,
+	// the key, the delete's version, the source and its pruning
+	// generation.
+	tombstoneTable = "tombstones"
+	// tombstoneStateTable holds each source's generation and the newest
+	// checkpoint it stored (a checkpoint set back by hand does not make a
+	// replay look like progress).
+	tombstoneStateTable = "tombstone_state"
+)
+
+// Tombstones returns the quoted name of the tombstone table.
+func (s *Store) Tombstones() string { return s.tombstones }
+
+// TombstoneState returns the quoted name of the tombstones' pruning state.
+func (s *Store) TombstoneState() string { return s.tombstoneState }
+
+// InitTombstones creates the tombstone tables if they are missing, and the
+// tombstones' (target, key) index. The PostgreSQL sink calls it after Init,
+// in the same transaction, in hard-delete mode only.
+func (s *Store) InitTombstones(ctx context.Context, q Querier) error {
+	tomb := s.tombstones
+	var exists bool
+	if err := q.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", tomb).Scan(&exists); err != nil {
+		return fmt.Errorf("look up %s: %w", tomb, err)
+	}
+	// The guard looks a key up (an applier's batches are always guarded)
+	// and pruning in the apply topology goes by table.
+	index := "CREATE INDEX IF NOT EXISTS tombstones_target_key ON " + tomb + " (target, key)"
+	if exists {
+		if err := q.Exec(ctx, index); err != nil {
+			return fmt.Errorf("index %s: %w", tomb, err)
+		}
+		return nil
+	}
+	for _, sql := range []string{
+		"CREATE SCHEMA IF NOT EXISTS " + tidemark.QuotePostgres(s.schema),
+		// No primary key: every delete writes a row; a replayed delete
+		// adds a second row (pruned alike), which is cheaper than
+		// INSERT … ON CONFLICT for every delete. The index on (target,
+		// key) serves the guard of the apply topology, where every batch
+		// is guarded, and its pruning by table (PruneTombstones).
+		"CREATE TABLE IF NOT EXISTS " + tomb + ` (
+	target text COLLATE "C" NOT NULL, -- "schema"."table" of the deleted row
+	key text COLLATE "C" NOT NULL,    -- its business key (tombstoneSQL)
+	seq bigint NOT NULL,              -- the delete's version
+	idx integer NOT NULL,
+	source text NOT NULL,
+	gen bigint NOT NULL               -- pruning generation
+)`,
+		"CREATE TABLE IF NOT EXISTS " + s.tombstoneState + ` (
+	source text PRIMARY KEY,
+	gen bigint NOT NULL,    -- batches that moved the checkpoint forward
+	newest text NOT NULL    -- the newest checkpoint stored
+)`,
+		index,
+	} {
+		if err := q.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("create %s: %w", tomb, err)
+		}
+	}
+	return nil
+}
