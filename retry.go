@@ -20,6 +20,10 @@ type Backoff struct {
 	// Attempts is the maximum number of attempts including the first; 0
 	// means retry until ctx is done.
 	Attempts int
+	// For, when set, also ends the retries once this long has passed
+	// since the first attempt (a server restart or failover takes
+	// seconds; a source gone for longer is an error to report).
+	For time.Duration
 }
 
 func (b Backoff) withDefaults() Backoff {
@@ -59,11 +63,12 @@ func IsRetryable(err error) bool {
 }
 
 // Retry runs fn until it succeeds, classify says its error is not
-// retryable, the attempts run out or ctx is done. It logs each retry through
+// retryable, the attempts or b.For run out or ctx is done. It logs each retry through
 // limiter (at most one line per interval). The last error is returned
 // wrapped with what was being done.
 func Retry(ctx context.Context, what string, b Backoff, classify func(error) bool, log *RateLimitedLogger, fn func(ctx context.Context) error) error {
 	b = b.withDefaults()
+	start := time.Now()
 	for attempt := 1; ; attempt++ {
 		err := fn(ctx)
 		if err == nil {
@@ -72,7 +77,7 @@ func Retry(ctx context.Context, what string, b Backoff, classify func(error) boo
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
-		if !classify(err) || (b.Attempts > 0 && attempt >= b.Attempts) {
+		if !classify(err) || (b.Attempts > 0 && attempt >= b.Attempts) || (b.For > 0 && time.Since(start) >= b.For) {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		d := b.Delay(attempt)

@@ -105,7 +105,7 @@ func isASCII(s string) bool {
 func (t *Tailer) loadCharsets(ctx context.Context) error {
 	if t.charsets == nil {
 		m := map[uint64]string{}
-		err := tidemark.Retry(ctx, "read collations", tidemark.Backoff{Attempts: 5}, isTransient, t.rl, func(ctx context.Context) error {
+		err := tidemark.Retry(ctx, "read collations", queryRetry, isTransient, t.rl, func(ctx context.Context) error {
 			t.stats.SchemaReads.Add(1)
 			r, err := t.query(ctx, "SELECT ID, CHARACTER_SET_NAME FROM information_schema.COLLATIONS WHERE ID IS NOT NULL")
 			if err != nil {

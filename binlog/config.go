@@ -142,6 +142,13 @@ const (
 	DefaultBackoffAttempts = 20
 )
 
+// queryRetry is how source queries outside the stream (snapshot and
+// catch-up reads, position captures, schema lookups) retry transient
+// errors: for up to 30 s, which a server restart or a failover behind one
+// address takes (five quick attempts gave up within a second, and a
+// restart during a first-run snapshot stopped the daemon).
+var queryRetry = tidemark.Backoff{Max: 2 * time.Second, For: 30 * time.Second}
+
 func (c *Config) setDefaults() {
 	if c.Flavor == "" {
 		c.Flavor = FlavorMariaDB

@@ -25,7 +25,7 @@ const indexesSQL = `SELECT INDEX_NAME, NON_UNIQUE, COLUMN_NAME, SUB_PART, COLLAT
 // catalog holds them now (none when the table does not exist).
 func (t *Tailer) readIndexes(ctx context.Context, id tidemark.TableID) ([]tidemark.Index, error) {
 	var r *mysql.Result
-	err := tidemark.Retry(ctx, "read indexes of "+id.String(), tidemark.Backoff{Attempts: 5}, isTransient, t.rl, func(ctx context.Context) error {
+	err := tidemark.Retry(ctx, "read indexes of "+id.String(), queryRetry, isTransient, t.rl, func(ctx context.Context) error {
 		var err error
 		t.stats.SchemaReads.Add(1)
 		r, err = t.query(ctx, indexesSQL, id.Database, id.Name)

@@ -82,7 +82,7 @@ func castChar(sel string) string { return "CAST(" + sel + " AS CHAR)" }
 
 func (r *Reader) exec(ctx context.Context, q string, args ...any) (*mysql.Result, error) {
 	var res *mysql.Result
-	err := tidemark.Retry(ctx, "query source", tidemark.Backoff{Attempts: 5}, isTransient, r.t.rl, func(ctx context.Context) error {
+	err := tidemark.Retry(ctx, "query source", queryRetry, isTransient, r.t.rl, func(ctx context.Context) error {
 		var err error
 		res, err = r.t.query(ctx, q, args...)
 		return err
@@ -119,7 +119,7 @@ func (r *Reader) Capture(ctx context.Context) (tidemark.Snapshot, error) {
 	r.mu.Unlock()
 	var file, gtid, now string
 	var pos uint64
-	err := tidemark.Retry(ctx, "capture source position", tidemark.Backoff{Attempts: 5}, isTransient, r.t.rl, func(ctx context.Context) error {
+	err := tidemark.Retry(ctx, "capture source position", queryRetry, isTransient, r.t.rl, func(ctx context.Context) error {
 		var err error
 		file, pos, gtid, now, err = r.capture(ctx)
 		return err

@@ -138,7 +138,7 @@ func (t *Tailer) jsonColumns(ctx context.Context, id tidemark.TableID) (map[stri
 		return m, nil
 	}
 	var m map[string]bool
-	err := tidemark.Retry(ctx, "read JSON columns of "+id.String(), tidemark.Backoff{Attempts: 5}, isTransient, t.rl, func(ctx context.Context) error {
+	err := tidemark.Retry(ctx, "read JSON columns of "+id.String(), queryRetry, isTransient, t.rl, func(ctx context.Context) error {
 		var err error
 		t.stats.SchemaReads.Add(1)
 		m, err = readJSONColumns(ctx, t.query, id)
