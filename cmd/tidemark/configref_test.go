@@ -134,7 +134,15 @@ func codeDefaults(t *testing.T) map[string]any {
 		t.Fatal(err)
 	}
 	m := cfg.Metrics.withDefaults()
+	pc := cfg.PostgresSinkConfig()
+	kc := (&KafkaConfig{Brokers: []string{"127.0.0.1:9092"}}).SinkConfig("s", nil)
 	return map[string]any{
+		"target.postgres.mirror.indexes":    !pc.SkipIndexes,
+		"target.postgres.mirror.not_null":   !pc.SkipNotNull,
+		"target.kafka.tombstones":           kc.Tombstones,
+		"target.kafka.exactly_once":         kc.ExactlyOnce,
+		"target.kafka.create_topics":        kc.CreateTopics,
+		"target.kafka.control_records":      kc.ControlRecords,
 		"source.lag_budget":                 cfg.lagBudget(),
 		"target.postgres.control_schema":    cfg.controlSchema(),
 		"target.postgres.schema":            cfg.Target.Postgres.Schema,
@@ -251,13 +259,203 @@ func TestConfigReference(t *testing.T) {
 			t.Errorf("README.md configuration table: key %s is not documented", k)
 		}
 	}
-	for k, v := range codeDefaults(t) {
+	code := codeDefaults(t)
+	for k, v := range code {
 		stated, ok := documented[k]
-		if !ok || strings.HasPrefix(k, "_") {
+		if !ok {
+			t.Errorf("README.md configuration table: %s: no default stated; the code's is %v", k, v)
 			continue
 		}
 		if !sameDefault(stated, v) {
 			t.Errorf("README.md configuration table: %s: states default %q, the code's is %v", k, stated, v)
 		}
 	}
+	// A default the table states that the test cannot read from the code
+	// fails (it would go stale unseen) unless it is one of describedDefaults,
+	// word for word.
+	for k, stated := range documented {
+		if !known[k] && !strings.ContainsAny(k, "*<") {
+			t.Errorf("README.md configuration table: %s is not a key of the config", k)
+		}
+		if _, ok := code[k]; ok {
+			continue
+		}
+		want, ok := describedDefaults[k]
+		switch {
+		case !ok:
+			t.Errorf("README.md configuration table: %s: states default %q, which the test cannot map to the code: add the code's value to codeDefaults (or, for a rule in words, to describedDefaults)", k, stated)
+		case want != stated:
+			t.Errorf("README.md configuration table: %s: states default %q, describedDefaults has %q", k, stated, want)
+		}
+	}
+	for k := range describedDefaults {
+		if _, ok := documented[k]; !ok {
+			t.Errorf("describedDefaults: %s is not in README.md's configuration table", k)
+		}
+	}
+	checkExample(t, known, code, documented)
+}
+
+// describedDefaults are the README defaults the test cannot read from the
+// code: rules in words, "required" and "none", and values the product
+// packages apply inside an unexported default (the binlog source's flavor,
+// capture, DST and zero-date policies, the PostgreSQL sink's delete mode and
+// DDL policies, verify's violation action). Each must be the README's
+// text exactly, so a changed default shows up here.
+var describedDefaults = map[string]string{
+	"source.name": "required", "source.addr": "required", "source.user": "required",
+	"source.password": "required", "source.password_file": "required", "source.server_id": "required",
+	"source.time_zone": "required", "target.postgres.dsn": "required", "target.postgres.dsn_file": "required",
+	"source.flavor":                   "`mariadb`",
+	"source.capture":                  "`log_status`",
+	"source.tls.mode":                 "`verify-full` with a `ca_file`; else `require`, but `disable` to a loopback address",
+	"source.tls.ca_file":              "system roots",
+	"source.tls.cert_file":            "none",
+	"source.tls.key_file":             "none",
+	"source.tls.server_name":          "the host of `addr`",
+	"source.version":                  "`gtid` (MariaDB), `filepos` (MySQL)",
+	"source.fold":                     "`later`",
+	"source.gap":                      "`later`",
+	"source.zones":                    "none",
+	"source.zero_dates":               "`null`",
+	"source.include":                  "all but system schemas",
+	"source.exclude":                  "all but system schemas",
+	"source.business_keys":            "primary key",
+	"source.read_timeout":             "3 × heartbeat",
+	"source.exclude_columns":          "none",
+	"target.postgres.delete_mode":     "`hard`",
+	"target.postgres.max_conns":       "pgx's (the larger of 4 and the CPUs)",
+	"target.postgres.drop_columns":    "`keep`",
+	"target.postgres.ddl.drop_table":  "`refuse`",
+	"target.postgres.ddl.truncate":    "`apply`",
+	"dedupe.event_time_columns":       "none",
+	"fallback.tables.<db.t>":          "full re-read",
+	"apply.group":                     "`tidemark-apply-<source.name>`",
+	"apply.topics":                    "`^<target.kafka.topic_prefix>\\.`",
+	"apply.max_records":               "5000",
+	"target.kafka.brokers":            "off",
+	"target.kafka.checkpoint_topic":   "`<topic_prefix>.checkpoints`",
+	"target.kafka.transactional_id":   "`tidemark-<source.name>`",
+	"target.kafka.partitions":         "the broker's",
+	"target.kafka.replication_factor": "the broker's",
+	"target.kafka.topic_configs":      "none",
+	"target.kafka.source_server_id":   "none",
+	"target.kafka.tls.mode":           "no TLS; with a `tls` section `verify-full`",
+	"target.kafka.tls.ca_file":        "system roots",
+	"target.kafka.tls.cert_file":      "none",
+	"target.kafka.tls.key_file":       "none",
+	"target.kafka.tls.server_name":    "each broker's host",
+	"target.kafka.sasl.mechanism":     "none",
+	"target.kafka.sasl.user":          "none",
+	"target.kafka.sasl.password":      "none",
+	"target.kafka.sasl.password_file": "none",
+	"verify.tables.<db.t>":            "none",
+	"verify.assert.on_violation":      "`stop`",
+	"metrics.web_config_file":         "none (plain HTTP, no authentication)",
+}
+
+// exampleLine is a key line of tidemark.example.yaml, set or commented out
+// ("# key: value", which a reader uncomments).
+var exampleLine = regexp.MustCompile(`^( *)(# ?)?( *)([a-z_]+):(?: +([^#]*?))?\s*(?:#\s*(.*))?$`)
+
+// defaultAfter and defaultBefore find a default stated in a comment:
+// "X (default)", "X (default; …)", "X (MariaDB default)", or "default X",
+// "(default: X)".
+var (
+	defaultAfter  = regexp.MustCompile(`([^\s(|]+) \((?:[A-Za-z]+ )?default[;)]`)
+	defaultBefore = regexp.MustCompile(`\bdefault:? ([^,;:)]+)`)
+)
+
+// checkExample: every key of tidemark.example.yaml, set or commented out,
+// is a key of Config; a default its comments state is the code's (or, for
+// the defaults of describedDefaults, the README's words); a value set
+// without such a comment is the code's default when the code has one (an
+// example that differs from the default says so: "default 0").
+func checkExample(t *testing.T, known map[string]bool, code map[string]any, documented map[string]string) {
+	data, err := os.ReadFile("../../tidemark.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type level struct {
+		indent int
+		key    string
+	}
+	var stack []level
+	seen := 0
+	for i, line := range strings.Split(string(data), "\n") {
+		m := exampleLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		indent := len(m[1]) + len(m[3])
+		if m[2] != "" && len(m[3]) > 0 {
+			indent = len(m[1]) + len(m[3]) - 1 // "#   mode:" under "# tls:"
+		}
+		for len(stack) > 0 && stack[len(stack)-1].indent >= indent {
+			stack = stack[:len(stack)-1]
+		}
+		var path []string
+		for _, l := range stack {
+			path = append(path, l.key)
+		}
+		parent := strings.Join(path, ".")
+		if parent != "" && !known[parent] {
+			continue // under a map key (zones, tables, ...): user names
+		}
+		if parent != "" && !hasChildren(known, parent) {
+			continue // a map-valued key's entries
+		}
+		key := strings.TrimPrefix(parent+"."+m[4], ".")
+		stack = append(stack, level{indent, m[4]})
+		if !known[key] {
+			if m[2] != "" && parent == "" {
+				continue // a comment that reads like a key ("Scale-out (…): …" does not; be lenient at the top)
+			}
+			t.Errorf("tidemark.example.yaml:%d: %s is not a key of the config", i+1, key)
+			continue
+		}
+		seen++
+		value, comment := strings.Trim(m[5], `"`), m[6]
+		if m[5] == `""` {
+			value = `""`
+		}
+		var stated string
+		if d := defaultAfter.FindStringSubmatch(comment); d != nil {
+			stated = d[1]
+		} else if d := defaultBefore.FindStringSubmatch(comment); d != nil {
+			stated = strings.TrimSpace(d[1])
+		}
+		want, mapped := code[key]
+		switch {
+		case stated != "" && mapped:
+			if !sameDefault(stated, want) {
+				t.Errorf("tidemark.example.yaml:%d: %s: the comment states default %q, the code's is %v", i+1, key, stated, want)
+			}
+		case stated != "":
+			words, ok := describedDefaults[key]
+			if !ok {
+				t.Errorf("tidemark.example.yaml:%d: %s: the comment states default %q, which the test cannot map to the code or to README.md", i+1, key, stated)
+			} else if !strings.Contains(strings.ReplaceAll(words, "`", ""), stated) && !strings.Contains(stated, strings.ReplaceAll(words, "`", "")) {
+				t.Errorf("tidemark.example.yaml:%d: %s: the comment states default %q, README.md %q", i+1, key, stated, documented[key])
+			}
+		case mapped && value != "" && !strings.HasPrefix(value, "{") && m[2] == "":
+			if !sameDefault(value, want) {
+				t.Errorf("tidemark.example.yaml:%d: %s: %q is not the default (%v) and the comment does not say so (\"default …\")", i+1, key, value, want)
+			}
+		}
+	}
+	if seen < 50 {
+		t.Errorf("tidemark.example.yaml: read only %d keys", seen)
+	}
+}
+
+// hasChildren reports whether key is a section (has keys under it) rather
+// than a leaf, maps included.
+func hasChildren(known map[string]bool, key string) bool {
+	for k := range known {
+		if strings.HasPrefix(k, key+".") {
+			return true
+		}
+	}
+	return false
 }
