@@ -50,108 +50,160 @@ type plannedOp struct {
 // newest version of each key (the last one in batch order on a tie), and
 // converts the surviving rows. A staged set never holds a key twice, so the
 // upsert cannot fail with SQLSTATE 21000.
+//
+// Three phases: each change becomes one or two operations (add), every
+// operation that lost to a newer one of its key is dropped and the rest
+// get their code (settle), and the survivors are encoded per target table
+// (group).
 func (s *Sink) plan(b *tidemark.Batch) (*batchPlan, error) {
-	type slot struct {
-		target string
-		key    tidemark.Key
+	pl := &planner{
+		s:         s,
+		ops:       make([]plannedOp, 0, len(b.Changes)),
+		latest:    make(map[planSlot]int, len(b.Changes)),
+		perChange: make([][2]int, len(b.Changes)),
+		byTable:   map[*tidemark.Table]planTable{},
 	}
-	ops := make([]plannedOp, 0, len(b.Changes))
-	latest := make(map[slot]int, len(b.Changes))
-	// Per change: the index of its upsert and of its delete op, or -1.
-	perChange := make([][2]int, len(b.Changes))
-
-	// add plans a row of c (in c.Table's layout) as def d; pr, when not
-	// nil, writes it without the columns an older layout's target lacks.
-	add := func(i int, d *tableDef, dk defKey, pr *projection, row []any, del bool, c *tidemark.Change) int {
-		idx := len(ops)
-		k := slot{d.qname, c.Table.KeyOf(row)}
-		if pr != nil {
-			row = pr.project(row)
-		}
-		ops = append(ops, plannedOp{change: i, def: d, key: dk, row: row, del: del,
-			version: c.Version, commit: c.CommitTime, alive: true})
-		if j, ok := latest[k]; ok {
-			if ops[j].version.Compare(c.Version) > 0 {
-				ops[idx].alive = false // an older change after a newer one
-				return idx
-			}
-			ops[j].alive = false
-		}
-		latest[k] = idx
-		return idx
-	}
-
-	type tableAndKey struct {
-		def  *tableDef
-		key  defKey
-		proj *projection
-	}
-	byTable := map[*tidemark.Table]tableAndKey{}
 	for i := range b.Changes {
-		c := &b.Changes[i]
-		perChange[i] = [2]int{-1, -1}
-		if c.Table == nil {
-			return nil, fmt.Errorf("change %d: no table", i)
-		}
-		td, ok := byTable[c.Table]
-		if !ok {
-			// Table values are shared between changes: look each up (and
-			// compute its fingerprint) once per batch.
-			d, dk, err := s.def(c.Table)
-			if err != nil {
-				return nil, err
-			}
-			td = tableAndKey{d, dk, s.projectionOf(dk)}
-			if td.proj != nil {
-				td.def, td.key = td.proj.def, td.proj.key
-			}
-			byTable[c.Table] = td
-		}
-		d, dk, pr := td.def, td.key, td.proj
-		check := func(name string, row []any) error {
-			if row == nil {
-				return fmt.Errorf("change %d (%s of %s, version %s): no %s image", i, c.Op, c.Table.ID, c.Version, name)
-			}
-			if len(row) != len(c.Table.Columns) {
-				return fmt.Errorf("change %d (%s of %s, version %s): %s image has %d values for %d columns",
-					i, c.Op, c.Table.ID, c.Version, name, len(row), len(c.Table.Columns))
-			}
-			return nil
-		}
-		switch c.Op {
-		case tidemark.OpInsert, tidemark.OpRead:
-			if err := check("after", c.After); err != nil {
-				return nil, err
-			}
-			perChange[i][0] = add(i, d, dk, pr, c.After, false, c)
-		case tidemark.OpUpdate:
-			if err := check("after", c.After); err != nil {
-				return nil, err
-			}
-			if c.Before != nil {
-				if err := check("before", c.Before); err != nil {
-					return nil, err
-				}
-				if c.Table.KeyOf(c.Before) != c.Table.KeyOf(c.After) {
-					// Key change: the old key goes, the new key is
-					// upserted, both at the change's version.
-					perChange[i][1] = add(i, d, dk, pr, c.Before, true, c)
-				}
-			}
-			perChange[i][0] = add(i, d, dk, pr, c.After, false, c)
-		case tidemark.OpDelete:
-			if err := check("before", c.Before); err != nil {
-				return nil, err
-			}
-			perChange[i][1] = add(i, d, dk, pr, c.Before, true, c)
-		default:
-			return nil, fmt.Errorf("change %d of %s: unknown op %s", i, c.Table.ID, c.Op)
+		if err := pl.change(i, &b.Changes[i]); err != nil {
+			return nil, err
 		}
 	}
+	p := &batchPlan{coalesced: pl.settle(b)}
+	if err := pl.group(b, p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
 
-	p := &batchPlan{}
+// planner is the state of one plan.
+type planner struct {
+	s   *Sink
+	ops []plannedOp
+	// latest is the newest operation of each target row.
+	latest map[planSlot]int
+	// perChange holds, per change, the index of its upsert and of its
+	// delete operation, or -1.
+	perChange [][2]int
+	// byTable: Table values are shared between changes, so each is looked
+	// up (and its fingerprint computed) once per batch.
+	byTable map[*tidemark.Table]planTable
+}
+
+// planSlot is one target row: the quoted target table and the business key.
+type planSlot struct {
+	target string
+	key    tidemark.Key
+}
+
+// planTable is how a source table's rows are written: as def (and its
+// key), projected by proj when the target is an older layout (older.go).
+type planTable struct {
+	def  *tableDef
+	key  defKey
+	proj *projection
+}
+
+// tableOf returns how c's rows are written.
+func (pl *planner) tableOf(i int, c *tidemark.Change) (planTable, error) {
+	if c.Table == nil {
+		return planTable{}, fmt.Errorf("change %d: no table", i)
+	}
+	if td, ok := pl.byTable[c.Table]; ok {
+		return td, nil
+	}
+	d, dk, err := pl.s.def(c.Table)
+	if err != nil {
+		return planTable{}, err
+	}
+	td := planTable{d, dk, pl.s.projectionOf(dk)}
+	if td.proj != nil {
+		td.def, td.key = td.proj.def, td.proj.key
+	}
+	pl.byTable[c.Table] = td
+	return td, nil
+}
+
+// change plans change i: an upsert of its after image, a delete of its
+// before image, or both for an update that changed the key (the old key
+// goes, the new key is upserted, both at the change's version).
+func (pl *planner) change(i int, c *tidemark.Change) error {
+	pl.perChange[i] = [2]int{-1, -1}
+	td, err := pl.tableOf(i, c)
+	if err != nil {
+		return err
+	}
+	switch c.Op {
+	case tidemark.OpInsert, tidemark.OpRead:
+		if err := checkImage(i, c, "after", c.After); err != nil {
+			return err
+		}
+		pl.perChange[i][0] = pl.add(i, td, c.After, false, c)
+	case tidemark.OpUpdate:
+		if err := checkImage(i, c, "after", c.After); err != nil {
+			return err
+		}
+		if c.Before != nil {
+			if err := checkImage(i, c, "before", c.Before); err != nil {
+				return err
+			}
+			if c.Table.KeyOf(c.Before) != c.Table.KeyOf(c.After) {
+				pl.perChange[i][1] = pl.add(i, td, c.Before, true, c)
+			}
+		}
+		pl.perChange[i][0] = pl.add(i, td, c.After, false, c)
+	case tidemark.OpDelete:
+		if err := checkImage(i, c, "before", c.Before); err != nil {
+			return err
+		}
+		pl.perChange[i][1] = pl.add(i, td, c.Before, true, c)
+	default:
+		return fmt.Errorf("change %d of %s: unknown op %s", i, c.Table.ID, c.Op)
+	}
+	return nil
+}
+
+// checkImage checks that change i has a row image name of its table's
+// width.
+func checkImage(i int, c *tidemark.Change, name string, row []any) error {
+	if row == nil {
+		return fmt.Errorf("change %d (%s of %s, version %s): no %s image", i, c.Op, c.Table.ID, c.Version, name)
+	}
+	if len(row) != len(c.Table.Columns) {
+		return fmt.Errorf("change %d (%s of %s, version %s): %s image has %d values for %d columns",
+			i, c.Op, c.Table.ID, c.Version, name, len(row), len(c.Table.Columns))
+	}
+	return nil
+}
+
+// add plans a row of c (in c.Table's layout) as td; td.proj, when not
+// nil, writes it without the columns an older layout's target lacks. Of
+// two operations on one target row the older version loses (the later one
+// in batch order on a tie). It returns the operation's index.
+func (pl *planner) add(i int, td planTable, row []any, del bool, c *tidemark.Change) int {
+	idx := len(pl.ops)
+	k := planSlot{td.def.qname, c.Table.KeyOf(row)}
+	if td.proj != nil {
+		row = td.proj.project(row)
+	}
+	pl.ops = append(pl.ops, plannedOp{change: i, def: td.def, key: td.key, row: row, del: del,
+		version: c.Version, commit: c.CommitTime, alive: true})
+	if j, ok := pl.latest[k]; ok {
+		if pl.ops[j].version.Compare(c.Version) > 0 {
+			pl.ops[idx].alive = false // an older change after a newer one
+			return idx
+		}
+		pl.ops[j].alive = false
+	}
+	pl.latest[k] = idx
+	return idx
+}
+
+// settle gives each change's surviving operations their code and returns
+// the number of changes that left none (coalesced into a newer one).
+func (pl *planner) settle(b *tidemark.Batch) int {
+	ops, coalesced := pl.ops, 0
 	for i := range b.Changes {
-		u, dl := perChange[i][0], perChange[i][1]
+		u, dl := pl.perChange[i][0], pl.perChange[i][1]
 		switch {
 		case u >= 0 && ops[u].alive:
 			ops[u].code = opUpsert
@@ -164,22 +216,27 @@ func (s *Sink) plan(b *tidemark.Batch) (*batchPlan, error) {
 				ops[dl].code = opMarkDeleted
 			}
 		default:
-			p.coalesced++
+			coalesced++
 		}
 	}
+	return coalesced
+}
 
+// group encodes the surviving operations into one groupPlan per target
+// table, in order of first appearance.
+func (pl *planner) group(b *tidemark.Batch, p *batchPlan) error {
 	// Each table's encoded rows take about what the tailer estimated for
 	// its changes: size the buffers once.
 	sizes := map[*tableDef][2]int{}
-	for i := range ops {
-		if o := &ops[i]; o.alive {
+	for i := range pl.ops {
+		if o := &pl.ops[i]; o.alive {
 			sz := sizes[o.def]
 			sizes[o.def] = [2]int{sz[0] + b.Changes[o.change].Size, sz[1] + 1}
 		}
 	}
 	groups := map[*tableDef]*groupPlan{}
-	for i := range ops {
-		o := &ops[i]
+	for i := range pl.ops {
+		o := &pl.ops[i]
 		if !o.alive {
 			continue
 		}
@@ -190,38 +247,46 @@ func (s *Sink) plan(b *tidemark.Batch) (*batchPlan, error) {
 			groups[o.def] = g
 			p.groups = append(p.groups, g)
 		}
-		if err := encodeRow(&g.rows, o); err != nil {
-			var ve *tidemark.ValueError
-			if errors.As(err, &ve) {
-				// A value the target cannot hold (a NUL byte in text or
-				// in a JSON string, a NULL key…) is its table's problem
-				// only: the table is quarantined, on every path (stream,
-				// snapshot, catch-up), naming the column.
-				return nil, &tidemark.TableError{Table: o.def.id, Err: err}
-			}
-			return nil, err
-		}
-		if len(g.rows.rows) == 1 || o.version.Compare(g.minVersion) < 0 {
-			g.minVersion = o.version
-		}
-		if o.del && o.version.Compare(g.maxDelete) > 0 {
-			g.maxDelete = o.version
-		}
-		switch o.code {
-		case opUpsert:
-			g.nUpsert++
-			if op := b.Changes[o.change].Op; op == tidemark.OpInsert || op == tidemark.OpRead {
-				g.nInserts++
-			}
-		case opDelete:
-			g.nDelete++
-		case opKeyGone:
-			g.nKeyGone++
-		case opMarkDeleted:
-			g.nMark++
+		if err := g.add(o, b.Changes[o.change].Op); err != nil {
+			return err
 		}
 	}
-	return p, nil
+	return nil
+}
+
+// add encodes o (of a change with op) into g and counts it.
+func (g *groupPlan) add(o *plannedOp, op tidemark.Op) error {
+	if err := encodeRow(&g.rows, o); err != nil {
+		var ve *tidemark.ValueError
+		if errors.As(err, &ve) {
+			// A value the target cannot hold (a NUL byte in text or
+			// in a JSON string, a NULL key…) is its table's problem
+			// only: the table is quarantined, on every path (stream,
+			// snapshot, catch-up), naming the column.
+			return &tidemark.TableError{Table: o.def.id, Err: err}
+		}
+		return err
+	}
+	if len(g.rows.rows) == 1 || o.version.Compare(g.minVersion) < 0 {
+		g.minVersion = o.version
+	}
+	if o.del && o.version.Compare(g.maxDelete) > 0 {
+		g.maxDelete = o.version
+	}
+	switch o.code {
+	case opUpsert:
+		g.nUpsert++
+		if op == tidemark.OpInsert || op == tidemark.OpRead {
+			g.nInserts++
+		}
+	case opDelete:
+		g.nDelete++
+	case opKeyGone:
+		g.nKeyGone++
+	case opMarkDeleted:
+		g.nMark++
+	}
+	return nil
 }
 
 // encodeRow encodes one operation's fields after _tm_op (see copyRows).
