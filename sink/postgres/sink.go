@@ -11,7 +11,7 @@
 //     temp staging table, then runs INSERT … SELECT … ON CONFLICT DO UPDATE
 //     … WHERE (target version) < (staged version), and a guarded DELETE …
 //     USING (or, in soft-delete mode, a guarded tombstone upsert);
-//  3. stores the checkpoint and watermarks through the CheckpointStore in
+//  3. stores the checkpoint and watermarks through the checkpoint.Store in
 //     the same transaction, and commits.
 //
 // Target tables are created on first sight (CREATE TABLE IF NOT EXISTS) with
