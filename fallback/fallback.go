@@ -92,6 +92,14 @@ type Config struct {
 	Logger *slog.Logger
 	// Progress, if set, is called after every chunk.
 	Progress func(p Progress)
+	// Boundaries, when set, encloses each full read of a catch-up of every
+	// table that no key diff can follow (the target lists no keys: the
+	// scale-out tailer's Kafka) in snapshot boundaries. Its consumers then
+	// remove the target rows the read did not carry, as the key diff
+	// would (tidemark.SnapshotBoundary): an interrupted first-run
+	// snapshot ends like an uninterrupted one, and no hard delete made
+	// while the binlog was unavailable is missed by a full read.
+	Boundaries tidemark.SnapshotBoundary
 }
 
 // Progress reports a table's catch-up progress.
@@ -294,8 +302,14 @@ func (c *CatchUp) RunReport(ctx context.Context, only []tidemark.TableID) (Repor
 		initial = !has
 	}
 	c.cfg.Logger.Info("catch-up started", "source", c.cfg.Source, "position", snap.Position.String(), "tables", len(tables), "first_run", initial)
+	// A catch-up of some tables (a resync: tidemark.Resnapshot) is
+	// enclosed by its caller.
+	bound := c.cfg.Boundaries
+	if len(only) > 0 {
+		bound = nil
+	}
 	for _, id := range tables {
-		tr, err := c.table(ctx, snap, id, initial)
+		tr, err := c.table(ctx, snap, id, initial, bound)
 		rep.Tables = append(rep.Tables, tr)
 		if err != nil {
 			return rep, fmt.Errorf("catch up %s: %w", id, err)
@@ -354,7 +368,12 @@ func (c *CatchUp) tableConfig(id tidemark.TableID) TableConfig {
 // no checkpoint) every table is read in full, a stored watermark
 // notwithstanding: it belongs to a first snapshot that did not finish,
 // whose capture position the stream never started from.
-func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark.TableID, initial bool) (TableReport, error) {
+//
+// Where the key diff cannot run because the target lists no keys, a full
+// read into a target that may hold rows is enclosed in bound's snapshot
+// boundaries instead (when set): the consumers remove the rows it did not
+// carry.
+func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark.TableID, initial bool, bound tidemark.SnapshotBoundary) (TableReport, error) {
 	tr := TableReport{Table: id}
 	tc := c.tableConfig(id)
 	var wm *tidemark.Watermark
@@ -368,12 +387,15 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 	if err != nil {
 		return tr, err
 	}
+	if !held || fullDiff.DeleteDetection == DeletesKeyDiff || c.keys != nil {
+		bound = nil // nothing to remove, or the key diff removes it
+	}
 	if tc.Column == "" {
 		tr.Mode = "full"
-		if err := c.read(ctx, req, nil, &tr); err != nil {
+		if err := c.fullRead(ctx, snap, req, nil, &tr, initial, bound); err != nil {
 			return tr, err
 		}
-		tr.DeletesMissed = held && fullDiff.DeleteDetection != DeletesKeyDiff
+		tr.DeletesMissed = held && fullDiff.DeleteDetection != DeletesKeyDiff && bound == nil
 		return tr, c.keyDiff(ctx, snap, id, fullDiff, &tr)
 	}
 	if err := c.checkColumn(ctx, id, tc.Column); err != nil {
@@ -408,7 +430,7 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 		// First sight: a full snapshot in key order; the window
 		// afterwards starts at the bound captured before reading.
 		tr.Mode = "snapshot"
-		if err := c.read(ctx, req, wm, &tr); err != nil {
+		if err := c.fullRead(ctx, snap, req, wm, &tr, initial, bound); err != nil {
 			return tr, err
 		}
 		if tr.Rows == 0 {
@@ -417,7 +439,7 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 			c.cfg.Logger.Warn("the watermark column is NULL (or a zero date) in every row: the table was read in full, and the next catch-up reads it in full again",
 				"table", id.String(), "column", tc.Column, "rows", tr.Rows)
 		}
-		tr.DeletesMissed = held && fullDiff.DeleteDetection != DeletesKeyDiff
+		tr.DeletesMissed = held && fullDiff.DeleteDetection != DeletesKeyDiff && bound == nil
 		return tr, c.keyDiff(ctx, snap, id, fullDiff, &tr)
 	}
 	tr.Mode = "window"
@@ -501,6 +523,30 @@ func (c *CatchUp) checkColumn(ctx context.Context, id tidemark.TableID, column s
 	}
 	if k := tbl.Columns[i].Kind; k != tidemark.KindDateTime && k != tidemark.KindTimestamp {
 		return &tidemark.TableError{Table: id, Err: fmt.Errorf("watermark column %q (fallback.tables.%s.column) is %s in the source table, want DATETIME or TIMESTAMP", column, id, k)}
+	}
+	return nil
+}
+
+// fullRead reads a whole table (req, wm as read takes them), enclosed in
+// bound's snapshot boundaries when bound is set: the end boundary carries
+// the version the rows are stamped with, and the consumers remove the
+// table's rows older than it (the ones the read did not carry).
+func (c *CatchUp) fullRead(ctx context.Context, snap tidemark.Snapshot, req tidemark.ReadRequest, wm *tidemark.Watermark, tr *TableReport, initial bool, bound tidemark.SnapshotBoundary) error {
+	if bound == nil {
+		return c.read(ctx, req, wm, tr)
+	}
+	reason := "full re-read after the binlog was unavailable (rows deleted meanwhile are removed at the end)"
+	if initial {
+		reason = "first-run snapshot (rows of an earlier one that did not finish and are gone from the source are removed at the end)"
+	}
+	if err := bound.BeginSnapshot(ctx, c.cfg.Source, req.Table, reason); err != nil {
+		return fmt.Errorf("begin snapshot of %s: %w", req.Table, err)
+	}
+	if err := c.read(ctx, req, wm, tr); err != nil {
+		return err
+	}
+	if err := bound.EndSnapshot(ctx, c.cfg.Source, req.Table, snap.Version); err != nil {
+		return fmt.Errorf("end snapshot of %s: %w", req.Table, err)
 	}
 	return nil
 }

@@ -426,6 +426,13 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 	// The catch-up needs a target that stores watermarks, and the state
 	// target's key lists for a key diff (none with Kafka alone).
 	var catchUp *fallback.CatchUp
+	if tt, ok := target.(tailerTarget); ok && tt.snap != nil {
+		// No key lists in the scale-out tailer's target: a full read
+		// goes to the appliers between snapshot boundaries, so that they
+		// remove the rows it did not carry (an interrupted first-run
+		// snapshot's, rows deleted while the binlog was unavailable).
+		fc.Boundaries = tt
+	}
 	if catchTarget, ok := target.(fallback.Target); ok {
 		if keys, ok := state.sink.(tidemark.KeyTarget); ok {
 			catchUp, err = fallback.New(fc, reader, catchTarget, keys)

@@ -25,7 +25,6 @@ var ciSeeds = []uint64{119, 139, 233, 135, 247, 38, 6, 273, 274, 294, 279, 219, 
 // `make nemesis SEED=…`, and move to ciSeeds when the fix lands.
 var knownFailing = map[uint64]string{
 	105: "scale-out: after a first-run snapshot, ADD COLUMN … NOT NULL DEFAULT (a backfill) and a MariaDB restart, every applier stops: the row was written with table schema X, but the schema last announced on the partition is Y (issue 22, finding 3's family)",
-	193: "issue 22 §1b in the scale-out topology: kill -9 of the tailer inside its first-run snapshot under deletes (1 apply member, soft deletes, fallback without keydiff, which the topology refuses): 150 rows deleted at the source stay live in the target; the only sign is WARN 'hard deletes made while the binlog was unavailable were NOT captured'",
 }
 
 var binPath string
