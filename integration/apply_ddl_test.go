@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // TestApplyFollowsSchemaAndTruncate runs the scale-out topology (tailer and
@@ -91,7 +92,7 @@ func TestApplyFollowsDropTable(t *testing.T) {
 	if err := harness.Exec(f.my, "DROP TABLE "+r.db+".orders"); err != nil {
 		t.Fatal(err)
 	}
-	if !waitFor(120*time.Second, func() bool {
+	if !testenv.WaitFor(120*time.Second, func() bool {
 		var gone bool
 		err := f.pg.QueryRow(f.ctx, "SELECT to_regclass($1) IS NULL", `"`+r.db+`".orders`).Scan(&gone)
 		return err == nil && gone
@@ -120,7 +121,7 @@ func TestApplyFollowsDropTable(t *testing.T) {
 func (p *procSet) converge(spec harness.TableSpec, step string) {
 	p.t.Helper()
 	var diff *harness.Diff
-	if !waitFor(120*time.Second, func() bool {
+	if !testenv.WaitFor(120*time.Second, func() bool {
 		d, err := harness.Compare(p.f.ctx, p.f.my, p.f.pg, spec)
 		if err != nil {
 			return false
@@ -284,7 +285,7 @@ func TestApplyDropAndCreateWithNewLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	converge("before the DROP")
-	if !waitFor(60*time.Second, func() bool {
+	if !testenv.WaitFor(60*time.Second, func() bool {
 		owns := func(d *daemonProc) bool {
 			return ownsRE.MatchString(d.stderr.String())
 		}
@@ -320,7 +321,7 @@ func TestApplyDropAndCreateWithNewLayout(t *testing.T) {
 	// its partitions' rows with the new column.
 	// (Well within the group's session timeout, 45 s.)
 	stopped := time.Now()
-	if !waitFor(20*time.Second, func() bool {
+	if !testenv.WaitFor(20*time.Second, func() bool {
 		var n int
 		err := f.pg.QueryRow(f.ctx, `SELECT count(*) FROM "`+r.db+`".orders WHERE extra IS NOT NULL`).Scan(&n)
 		return err == nil && n > 0

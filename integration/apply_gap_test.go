@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // gapTopology is a tailer and one applier on topics of 4 partitions whose
@@ -115,7 +116,7 @@ func (g *gapTopology) expectStops(t *testing.T, what string, ends map[int32]int6
 		}
 		return true
 	}
-	if !waitFor(90*time.Second, func() bool { return stopped() == len(ends) || caughtUp() || a.exited() }) || stopped() != len(ends) {
+	if !testenv.WaitFor(90*time.Second, func() bool { return stopped() == len(ends) || caughtUp() || a.exited() }) || stopped() != len(ends) {
 		d, _ := harness.Compare(g.f.ctx, g.f.my, g.f.pg, g.spec)
 		t.Fatalf("%s: the applier stopped %d of %d partitions (caught up to the end: %v, stored %v, ends %v); the target vs the source: %v\n%s",
 			what, stopped(), len(ends), caughtUp(), g.stored(t), ends, d, tail(withoutLines(a.stderr.String(), "apply status"), 12))
@@ -196,7 +197,7 @@ func TestApplyStopsOnRecreatedTopic(t *testing.T) {
 	if _, err := g.adm.DeleteTopics(ctx, g.topic); err != nil {
 		t.Fatal(err)
 	}
-	if !waitFor(30*time.Second, func() bool {
+	if !testenv.WaitFor(30*time.Second, func() bool {
 		td, err := g.adm.ListTopics(ctx, g.topic)
 		return err == nil && !td.Has(g.topic)
 	}) {

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // TestApplyQuarantinesOneTable runs the scale-out topology (tailer and two
@@ -76,7 +77,7 @@ func TestApplyQuarantinesOneTable(t *testing.T) {
 	}
 	converge("orders after the poison record in table other")
 	var state, reason string
-	if !waitFor(30*time.Second, func() bool {
+	if !testenv.WaitFor(30*time.Second, func() bool {
 		err := f.pg.QueryRow(f.ctx, "SELECT state, coalesce(reason, '') FROM tidemark.tables WHERE source = $1 AND database = $2 AND table_name = 'other'", r.db, r.db).Scan(&state, &reason)
 		return err == nil && state == "quarantined"
 	}) {

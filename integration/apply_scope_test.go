@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // TestApplyRefusesForeignControlRecord runs the scale-out topology (tailer
@@ -60,7 +61,7 @@ func TestApplyRefusesForeignControlRecord(t *testing.T) {
 	}
 	offset := res[0].Record.Offset
 	want := fmt.Sprintf("%s partition 0 offset %d", topic, offset)
-	if !waitFor(60*time.Second, func() bool { return ps.count(1, want) > 0 }) {
+	if !testenv.WaitFor(60*time.Second, func() bool { return ps.count(1, want) > 0 }) {
 		var n int
 		_ = f.pg.QueryRow(f.ctx, `SELECT count(*) FROM "`+r.db+`".other`).Scan(&n)
 		t.Fatalf("no applier refused the foreign control record (no line naming %q); table other has %d target rows of 20:\n%s\n%s",

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // TestApplyKillNineDuringFirstSnapshot is issue 22 §1b in the scale-out
@@ -44,7 +45,7 @@ func TestApplyKillNineDuringFirstSnapshot(t *testing.T) {
 		_ = f.pg.QueryRow(f.ctx, `SELECT count(*) FROM "`+r.db+`".big WHERE id <= 100`).Scan(&n)
 		return n
 	}
-	if !waitFor(60*time.Second, func() bool { return tailer.exited() || copied() == 100 }) || tailer.exited() {
+	if !testenv.WaitFor(60*time.Second, func() bool { return tailer.exited() || copied() == 100 }) || tailer.exited() {
 		t.Fatalf("the first rows did not reach the target:\ntailer:\n%s\napplier:\n%s", tail(tailer.stderr.String(), 20), tail(applier.stderr.String(), 20))
 	}
 	tailer.kill()

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // TestApplyGroup runs the scale-out topology on the real broker: a source
@@ -59,7 +60,7 @@ func TestApplyGroup(t *testing.T) {
 	}
 	active.kill()
 	killed := time.Now()
-	if !waitFor(60*time.Second, func() bool { return strings.Contains(waiting.stderr.String(), "starting pipeline") }) {
+	if !testenv.WaitFor(60*time.Second, func() bool { return strings.Contains(waiting.stderr.String(), "starting pipeline") }) {
 		t.Fatalf("the standby tailer did not take over:\n%s", tail(waiting.stderr.String(), 20))
 	}
 	takeover := time.Since(killed)
@@ -71,7 +72,7 @@ func TestApplyGroup(t *testing.T) {
 	// Converged: the target equals the source.
 	spec := harness.TableSpec{Database: db, Table: "orders", SourceZone: "UTC", SoftDelete: true}
 	var diff *harness.Diff
-	if !waitFor(180*time.Second, func() bool {
+	if !testenv.WaitFor(180*time.Second, func() bool {
 		d, err := harness.Compare(f.ctx, f.my, f.pg, spec)
 		if err != nil {
 			return false
@@ -111,7 +112,7 @@ func TestApplyGroup(t *testing.T) {
 		stored[p] = n
 	}
 	rows.Close()
-	if !waitFor(30*time.Second, func() bool {
+	if !testenv.WaitFor(30*time.Second, func() bool {
 		ok := true
 		ends.Each(func(o kadm.ListedOffset) {
 			var n int64
@@ -189,7 +190,7 @@ func TestApplyGroup(t *testing.T) {
 // cleanup.
 func (f *fixture) newApplyRun(t *testing.T, tag string, seed uint64, partitions, maxRecords int) (*kafkaRun, string) {
 	t.Helper()
-	group := randName(tag + "group_")
+	group := testenv.Name(tag + "group_")
 	r := f.newKafkaRun(t, tag, seed, fmt.Sprintf("apply:\n  group: %s\n  max_records: %d\n", group, maxRecords))
 	setKafkaPartitions(t, r.cfg, partitions)
 	t.Cleanup(func() {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // TestApplyPrunesTombstones runs the scale-out topology (tailer and two
@@ -71,7 +72,7 @@ func TestApplyPrunesTombstones(t *testing.T) {
 	}
 	converge("after the paused applier resumed")
 	before := count("")
-	if !waitFor(60*time.Second, func() bool { return count("") < before/2 }) {
+	if !testenv.WaitFor(60*time.Second, func() bool { return count("") < before/2 }) {
 		t.Fatalf("tombstones were never pruned: %d of the table's tombstones left (%d after the first deletes), every partition applied past them", count(""), written)
 	}
 	if err := r.w.Run(30); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"tidemark"
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // Business keys on UNIQUE indexes (issue 22 §1, the seed incident's table):
@@ -134,7 +135,7 @@ func TestBusinessKeyOnUniqueIndex(t *testing.T) {
 	}{{"hard", "America/New_York", false}, {"soft", "Asia/Kathmandu", true}} {
 		t.Run(run.name, func(t *testing.T) {
 			f := newFixture(t)
-			db := randName("it_bizkey_")
+			db := testenv.Name("it_bizkey_")
 			f.dropLater(t, db, db)
 			f.forgetStates(t, db)
 			bizkeySetup(t, f, db)

@@ -9,6 +9,7 @@ import (
 
 	"tidemark"
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // waitRunningCaughtUp is waitCaughtUp that fails at once when the daemon
@@ -41,7 +42,7 @@ func (f *fixture) waitRunningCaughtUp(t *testing.T, source string, d *daemonProc
 // while tidemark was down (no window predicate selected them).
 func TestNullWatermarkColumn(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_nullwm_")
+	db := testenv.Name("it_nullwm_")
 	f.dropLater(t, db, db)
 	f.forgetStates(t, db)
 	f.exec(t, "CREATE DATABASE "+db, "USE "+db,
@@ -90,7 +91,7 @@ func TestNullWatermarkColumn(t *testing.T) {
 // is quarantined with one message naming the column; the others go on.
 func TestMissingWatermarkColumnQuarantines(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_nocol_")
+	db := testenv.Name("it_nocol_")
 	f.dropLater(t, db, db)
 	f.forgetStates(t, db)
 	f.exec(t, "CREATE DATABASE "+db, "USE "+db,
@@ -138,7 +139,7 @@ func TestMissingWatermarkColumnQuarantines(t *testing.T) {
 // equal the source.
 func TestManualCatchupBesideDaemon(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_mcu_")
+	db := testenv.Name("it_mcu_")
 	f.dropLater(t, db, db)
 	f.forgetStates(t, db)
 	f.exec(t, "CREATE DATABASE "+db, "USE "+db,
@@ -222,7 +223,7 @@ func TestManualCatchupBesideDaemon(t *testing.T) {
 // catch-up over a target that holds rows finds the delete made meanwhile.
 func TestFirstRunLogsOnlyWhatHappened(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_log_")
+	db := testenv.Name("it_log_")
 	f.dropLater(t, db, db)
 	f.forgetStates(t, db)
 	f.exec(t, "CREATE DATABASE "+db, "USE "+db,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // The kill -9 scenario (F1) lives in rel_kill_test.go with the rest of the
@@ -19,7 +20,7 @@ import (
 // and requires identical target rows (and the IST incident value).
 func TestHostTimeZoneDoesNotLeak(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_tz_")
+	db := testenv.Name("it_tz_")
 	f.dropLater(t, db, db+"_ist", db+"_utc")
 	t.Cleanup(func() {
 		_, _ = f.pg.Exec(f.ctx, "DROP SCHEMA IF EXISTS "+db+"_ist CASCADE")
@@ -83,7 +84,7 @@ func TestHostTimeZoneDoesNotLeak(t *testing.T) {
 // restarts it, and checks the second run applied only the new changes.
 func TestRestartResumesWithoutDuplicates(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_restart_")
+	db := testenv.Name("it_restart_")
 	f.dropLater(t, db, db)
 	start, err := harness.SourcePosition(f.my)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"tidemark"
+	"tidemark/internal/testenv"
 )
 
 // TestDoctor: `tidemark doctor` on a private MariaDB with the settings
@@ -15,7 +16,7 @@ import (
 func TestDoctor(t *testing.T) {
 	f := newFixture(t)
 	s := f.startPrivateMariaDB(t, 41)
-	db := randName("it_doc_")
+	db := testenv.Name("it_doc_")
 	f.dropLater(t, db, db)
 	s.root(t, "CREATE DATABASE "+db+`;
 CREATE USER 'weak'@'127.0.0.1' IDENTIFIED BY 'weakpw';
@@ -86,7 +87,7 @@ func hasCheck(out, status, name, found string) bool {
 // compute on the source (MD5() is gone from MySQL 9.6; SHA2 is checked).
 func TestDoctorMySQL(t *testing.T) {
 	f := newMySQLFixture(t)
-	db := randName("it_docmy_")
+	db := testenv.Name("it_docmy_")
 	f.dropLater(t, db, db)
 	if _, err := f.my.Execute("CREATE DATABASE " + db); err != nil {
 		t.Fatal(err)

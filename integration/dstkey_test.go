@@ -5,6 +5,7 @@ import (
 
 	"tidemark"
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // TestDSTGapKeyRefused (issue 22 / review finding 9): with source.time_zone
@@ -17,7 +18,7 @@ import (
 // no key or unique index keeps following the configured policy.
 func TestDSTGapKeyRefused(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_dstkey_")
+	db := testenv.Name("it_dstkey_")
 	f.dropLater(t, db, db)
 	f.forgetStates(t, db)
 	f.exec(t, "CREATE DATABASE "+db, "USE "+db,

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // TestEpochFloorSurvivesCheckpointReset is review finding 10: the version
@@ -20,7 +21,7 @@ import (
 // below it.
 func TestEpochFloorSurvivesCheckpointReset(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_efloor_")
+	db := testenv.Name("it_efloor_")
 	f.dropLater(t, db, db)
 	start, err := harness.SourcePosition(f.my)
 	if err != nil {
@@ -101,7 +102,7 @@ func TestEpochFloorSurvivesCheckpointReset(t *testing.T) {
 // server's: resumed by GTID in the next epoch (rule 4).
 func TestLegacyCheckpointOfAnotherServer(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_legacy_")
+	db := testenv.Name("it_legacy_")
 	f.dropLater(t, db, db)
 	start, err := harness.SourcePosition(f.my)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"tidemark"
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 const acctDDL = `CREATE TABLE acct (
@@ -136,7 +137,7 @@ func TestFailoverFollowed(t *testing.T) {
 			}
 			defer proxy.Close()
 
-			db := randName("it_fo_")
+			db := testenv.Name("it_fo_")
 			source := db
 			f.dropLater(t, db, source)
 			ca := f.connPrivate(t, a)
@@ -168,7 +169,7 @@ func TestFailoverFollowed(t *testing.T) {
 			}
 			// The running daemon reconnects (the proxy closed its
 			// connections) and finds another server.
-			if !waitFor(60*time.Second, func() bool { return strings.Contains(d.stderr.String(), "server 11 → 12") }) {
+			if !testenv.WaitFor(60*time.Second, func() bool { return strings.Contains(d.stderr.String(), "server 11 → 12") }) {
 				t.Fatalf("the switch was not noticed:\n%s", tail(d.stderr.String(), 30))
 			}
 			followed := time.Since(switched)
@@ -225,7 +226,7 @@ func TestFailoverToLaggingReplicaStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer proxy.Close()
-	db := randName("it_lag_")
+	db := testenv.Name("it_lag_")
 	source := db
 	f.dropLater(t, db, source)
 	ca := f.connPrivate(t, a)
@@ -267,7 +268,7 @@ func TestFailoverToLaggingReplicaStops(t *testing.T) {
 		}
 	}
 	// tidemark stops by itself, with one clear error.
-	if !waitFor(90*time.Second, d.exited) {
+	if !testenv.WaitFor(90*time.Second, d.exited) {
 		t.Fatalf("tidemark goes on after a failover to a lagging replica:\n%s", tail(d.stderr.String(), 30))
 	}
 	log := d.stderr.String()
@@ -324,7 +325,7 @@ func TestFailoverToLaggingReplicaStops(t *testing.T) {
 func TestResetMasterWhileStopped(t *testing.T) {
 	f := newFixture(t)
 	a := f.startPrivateMariaDB(t, 31)
-	db := randName("it_reset_")
+	db := testenv.Name("it_reset_")
 	source := db
 	f.dropLater(t, db, source)
 	ca := f.connPrivate(t, a)
@@ -347,7 +348,7 @@ func TestResetMasterWhileStopped(t *testing.T) {
 	load.runFor(t, ca, 300*time.Millisecond)
 
 	d = f.startDaemon(t, cfg)
-	if !waitFor(60*time.Second, d.exited) {
+	if !testenv.WaitFor(60*time.Second, d.exited) {
 		d.kill()
 		t.Fatalf("tidemark resumed after RESET MASTER:\n%s", tail(d.stderr.String(), 30))
 	}
@@ -390,7 +391,7 @@ func TestResetMasterWhileStopped(t *testing.T) {
 func TestSeveralGTIDDomains(t *testing.T) {
 	f := newFixture(t)
 	s := f.startPrivateMariaDB(t, 51)
-	db := randName("it_dom_")
+	db := testenv.Name("it_dom_")
 	f.dropLater(t, db, db)
 	c := f.connPrivate(t, s)
 	if err := harness.Exec(c, "CREATE DATABASE "+db, "CREATE TABLE "+db+".t (id INT PRIMARY KEY, v INT)",

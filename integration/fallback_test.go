@@ -12,6 +12,7 @@ import (
 
 	"tidemark"
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // purgeBinlogs rotates the binlog and purges every file before the new one:
@@ -82,7 +83,7 @@ func TestFallbackAfterPurge(t *testing.T) {
 }
 
 func testFallbackAfterPurge(t *testing.T, f *fixture) {
-	db := randName("it_fb_")
+	db := testenv.Name("it_fb_")
 	f.dropLater(t, db, db)
 	w := &harness.Workload{My: f.my, Database: db, Zone: "Asia/Kolkata", Rand: rand.New(rand.NewPCG(21, 22)), BigTxRows: 100}
 	if err := w.Setup(); err != nil {
@@ -158,7 +159,7 @@ func testFallbackAfterPurge(t *testing.T, f *fixture) {
 // is a clear error and a non-zero exit, and nothing is skipped.
 func TestFallbackDisabledStops(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_nofb_")
+	db := testenv.Name("it_nofb_")
 	f.dropLater(t, db, db)
 	start, _ := harness.SourcePosition(f.my)
 	w := &harness.Workload{My: f.my, Database: db, Zone: "UTC", BigTxRows: 10}
@@ -198,7 +199,7 @@ func TestFallbackDisabledStops(t *testing.T) {
 // target, and SUM(amount) equals the source.
 func TestFallbackIncidentRerun(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_rerun_")
+	db := testenv.Name("it_rerun_")
 	f.dropLater(t, db, db)
 	w := &harness.Workload{My: f.my, Database: db, Zone: "Asia/Kolkata", Rand: rand.New(rand.NewPCG(31, 32)), BigTxRows: 200}
 	if err := w.Setup(); err != nil {
@@ -241,7 +242,7 @@ func TestFallbackIncidentRerun(t *testing.T) {
 // empty table persists no watermark.
 func TestFallbackFarFutureAndEmpty(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_future_")
+	db := testenv.Name("it_future_")
 	f.dropLater(t, db, db)
 	if err := harness.Exec(f.my, "CREATE DATABASE "+db, "USE "+db,
 		"CREATE TABLE orders (id INT PRIMARY KEY, amount DECIMAL(10,2), updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))",
@@ -280,7 +281,7 @@ func TestFallbackFarFutureAndEmpty(t *testing.T) {
 // parse stops tidemark with an error naming the table; nothing is dropped.
 func TestTamperedCheckpointIsRejected(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_tamper_")
+	db := testenv.Name("it_tamper_")
 	f.dropLater(t, db, db)
 	start, _ := harness.SourcePosition(f.my)
 	w := &harness.Workload{My: f.my, Database: db, Zone: "UTC", BigTxRows: 10}
@@ -321,7 +322,7 @@ func TestTamperedCheckpointIsRejected(t *testing.T) {
 // restarts converge to a target equal to the source.
 func TestKillDuringCatchUp(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_killcu_")
+	db := testenv.Name("it_killcu_")
 	f.dropLater(t, db, db)
 	w := &harness.Workload{My: f.my, Database: db, Zone: "Asia/Kolkata", Rand: rand.New(rand.NewPCG(41, 42)), BigTxRows: 1000}
 	if err := w.Setup(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // setSourceOption rewrites a config file written by configYAML with an
@@ -43,7 +44,7 @@ func setSourceOption(t *testing.T, path, key, value string) {
 // same.
 func TestVersionSchemeSwitch(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_scheme_")
+	db := testenv.Name("it_scheme_")
 	f.dropLater(t, db, db)
 	start, err := harness.SourcePosition(f.my)
 	if err != nil {

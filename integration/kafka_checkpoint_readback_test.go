@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"tidemark/internal/testenv"
 	"tidemark/sink/kafka"
 )
 
@@ -34,7 +35,7 @@ func TestKafkaCheckpointReadBackAfterFirstCommit(t *testing.T) {
 	}
 	var misses []string
 	for i := range 30 {
-		db := randName("cpr_")
+		db := testenv.Name("cpr_")
 		s := open(t, "tk"+db, "txn-"+db)
 		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 		b := tlsBatch(db, uint64(i+1))

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // TestControlRecordsOutsideTheTopology runs the daemon with
@@ -28,7 +29,7 @@ func TestControlRecordsOutsideTheTopology(t *testing.T) {
 				r = f.newKafkaRun(t, "it_kctl_", 105, "")
 				cfg = r.cfg
 			} else {
-				r = &kafkaRun{brokers: f.kafka(t), db: randName("it_kctlk_")}
+				r = &kafkaRun{brokers: f.kafka(t), db: testenv.Name("it_kctlk_")}
 				f.dropLater(t, r.db)
 				r.start = f.binlogStart(t)
 				r.w = &harness.Workload{My: f.my, Database: r.db, Zone: "UTC", BigTxRows: 20}

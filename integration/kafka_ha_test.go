@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"tidemark/internal/testenv"
 )
 
 // TestTailerStandbyTakesOver runs two `tidemark run` for one source, with
@@ -34,7 +36,7 @@ func TestTailerStandbyTakesOver(t *testing.T) {
 			standby.kill()
 		}
 	}()
-	if !waitFor(30*time.Second, func() bool {
+	if !testenv.WaitFor(30*time.Second, func() bool {
 		return strings.Contains(standby.stderr.String(), "another tidemark process is streaming this source")
 	}) {
 		t.Fatalf("the second daemon does not wait for the first:\n%s", tail(standby.stderr.String(), 20))
@@ -55,7 +57,7 @@ func TestTailerStandbyTakesOver(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	killed := time.Now()
 	active.kill()
-	if !waitFor(60*time.Second, func() bool { return strings.Contains(standby.stderr.String(), "starting pipeline") }) {
+	if !testenv.WaitFor(60*time.Second, func() bool { return strings.Contains(standby.stderr.String(), "starting pipeline") }) {
 		_ = load.Stop()
 		t.Fatalf("the standby did not take over within 60 s:\n%s", tail(standby.stderr.String(), 20))
 	}

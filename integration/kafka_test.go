@@ -15,6 +15,7 @@ import (
 	"tidemark"
 	"tidemark/binlog"
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // TestPostgresAndKafkaExactlyOnce runs the daemon with both sinks against
@@ -25,7 +26,7 @@ import (
 func TestPostgresAndKafkaExactlyOnce(t *testing.T) {
 	f := newFixture(t)
 	brokers := f.kafka(t)
-	db := randName("it_kafka_")
+	db := testenv.Name("it_kafka_")
 	f.dropLater(t, db, db)
 	start := f.binlogStart(t)
 	wmy, err := f.env.MySQL()
@@ -196,7 +197,7 @@ func (f *fixture) binlogStart(t *testing.T) tidemark.Position {
 	if start.GTID != "" {
 		return start
 	}
-	seed := randName("it_seed_")
+	seed := testenv.Name("it_seed_")
 	for _, q := range []string{"CREATE DATABASE " + seed, "DROP DATABASE " + seed} {
 		if _, err := f.my.Execute(q); err != nil {
 			t.Fatal(err)
@@ -222,7 +223,7 @@ type kafkaRun struct {
 // is added to the config.
 func (f *fixture) newKafkaRun(t *testing.T, tag string, seed uint64, extra string) *kafkaRun {
 	t.Helper()
-	r := &kafkaRun{brokers: f.kafka(t), db: randName(tag)}
+	r := &kafkaRun{brokers: f.kafka(t), db: testenv.Name(tag)}
 	f.dropLater(t, r.db, r.db)
 	r.start = f.binlogStart(t)
 	r.w = &harness.Workload{My: f.my, Database: r.db, Zone: "UTC", Rand: rand.New(rand.NewPCG(seed, seed+1)), BigTxRows: 50}
@@ -287,7 +288,7 @@ batch:`, strings.Join(brokers, ", "), prefix), 1)
 func TestKafkaOnlyExactlyOnce(t *testing.T) {
 	f := newFixture(t)
 	brokers := f.kafka(t)
-	db := randName("it_konly_")
+	db := testenv.Name("it_konly_")
 	f.dropLater(t, db)
 	start := f.binlogStart(t)
 	w := &harness.Workload{My: f.my, Database: db, Zone: "UTC", Rand: rand.New(rand.NewPCG(81, 82)), BigTxRows: 100}

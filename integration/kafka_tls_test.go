@@ -17,6 +17,7 @@ import (
 	"tidemark"
 	"tidemark/integration/harness"
 	"tidemark/internal/testcerts"
+	"tidemark/internal/testenv"
 	"tidemark/sink/kafka"
 )
 
@@ -68,7 +69,7 @@ func TestKafkaTLSAndSASL(t *testing.T) {
 	caTLS := &tidemark.TLSConfig{CAFile: te.CA}
 	open := func(t *testing.T, brokers []string, sec kafka.Security, logs *lockedWriter) (*kafka.Sink, kafka.Config, error) {
 		t.Helper()
-		db := randName("tls_k_")
+		db := testenv.Name("tls_k_")
 		lw := logs
 		if lw == nil {
 			lw = &lockedWriter{}
@@ -115,7 +116,7 @@ func TestKafkaTLSAndSASL(t *testing.T) {
 			}
 			// The admin client of `tidemark status` (a group that does not
 			// exist yet: its coordinator may take a moment).
-			if !waitFor(20*time.Second, func() bool {
+			if !testenv.WaitFor(20*time.Second, func() bool {
 				_, err = kafka.GroupStatus(ctx, kafka.ApplierConfig{Brokers: tc.brokers, Security: tc.sec, Group: "g-" + b.Source, Topics: "^" + cfg.TopicPrefix + `\.`})
 				return err == nil || errors.Is(err, kafka.ErrKafkaAuth)
 			}) {
@@ -227,7 +228,7 @@ func TestTLSApplyTopology(t *testing.T) {
 	}
 	spec := harness.TableSpec{Database: r.db, Table: "orders", SourceZone: "UTC"}
 	var diff *harness.Diff
-	if !waitFor(120*time.Second, func() bool {
+	if !testenv.WaitFor(120*time.Second, func() bool {
 		d, err := harness.Compare(f.ctx, f.my, f.pg, spec)
 		diff = d
 		return err == nil && d.Equal()

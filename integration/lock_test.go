@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // TestDaemonStopsOnLostSourceLock: the active daemon's source lock (a
@@ -23,7 +24,7 @@ import (
 // TestF3…).
 func TestDaemonStopsOnLostSourceLock(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_lock_")
+	db := testenv.Name("it_lock_")
 	f.dropLater(t, db, db)
 	start := f.binlogStart(t)
 	w := &harness.Workload{My: f.my, Database: db, Zone: "UTC", Rand: rand.New(rand.NewPCG(105, 106)), BigTxRows: 20}
@@ -49,7 +50,7 @@ func TestDaemonStopsOnLostSourceLock(t *testing.T) {
 	}
 	standby := f.startDaemon(t, standbyCfg)
 	defer standby.kill()
-	if !waitFor(30*time.Second, func() bool {
+	if !testenv.WaitFor(30*time.Second, func() bool {
 		return strings.Contains(standby.stderr.String(), "another tidemark process is streaming this source")
 	}) {
 		t.Fatalf("the standby does not wait:\n%s", tail(standby.stderr.String(), 10))
@@ -69,7 +70,7 @@ WHERE locktype = 'advisory' AND classid = 29805 AND objid::bigint = $1 AND objsu
 	if err := f.pg.QueryRow(f.ctx, "SELECT pg_try_advisory_lock(29805, $1::bigint::bit(32)::int4)", key).Scan(&mine); err != nil {
 		t.Fatalf("take the lock: %v", err)
 	}
-	if !waitFor(30*time.Second, func() bool { return active.exited() }) {
+	if !testenv.WaitFor(30*time.Second, func() bool { return active.exited() }) {
 		both := strings.Contains(standby.stderr.String(), "starting pipeline")
 		t.Fatalf("30 s after its lock's session ended the active daemon still runs (the standby took the lock and streams too: %v):\nactive:\n%s\nstandby:\n%s",
 			both, tail(active.stderr.String(), 8), tail(standby.stderr.String(), 8))
@@ -82,7 +83,7 @@ WHERE locktype = 'advisory' AND classid = 29805 AND objid::bigint = $1 AND objsu
 			t.Fatalf("release the lock: %v", err)
 		}
 	}
-	if !waitFor(30*time.Second, func() bool { return strings.Contains(standby.stderr.String(), "starting pipeline") }) {
+	if !testenv.WaitFor(30*time.Second, func() bool { return strings.Contains(standby.stderr.String(), "starting pipeline") }) {
 		t.Fatalf("the standby did not take over:\n%s", tail(standby.stderr.String(), 10))
 	}
 	if err := w.Run(20); err != nil {
@@ -99,7 +100,7 @@ WHERE locktype = 'advisory' AND classid = 29805 AND objid::bigint = $1 AND objsu
 // equals source.
 func TestSourceLockRetaken(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_relock_")
+	db := testenv.Name("it_relock_")
 	f.dropLater(t, db, db)
 	start := f.binlogStart(t)
 	w := &harness.Workload{My: f.my, Database: db, Zone: "UTC", Rand: rand.New(rand.NewPCG(107, 108)), BigTxRows: 20}
@@ -120,7 +121,7 @@ func TestSourceLockRetaken(t *testing.T) {
 WHERE locktype = 'advisory' AND classid = 29805 AND objid::bigint = $1 AND objsubid = 2 AND granted`, key).Scan(&killed); err != nil || !killed {
 		t.Fatalf("terminate the lock's session: %v (%v)", err, killed)
 	}
-	if !waitFor(30*time.Second, func() bool { return strings.Contains(d.stderr.String(), "took the lock again") || d.exited() }) || d.exited() {
+	if !testenv.WaitFor(30*time.Second, func() bool { return strings.Contains(d.stderr.String(), "took the lock again") || d.exited() }) || d.exited() {
 		t.Fatalf("the daemon did not take its free lock again:\n%s", tail(d.stderr.String(), 10))
 	}
 	var held bool

@@ -5,8 +5,6 @@ package integration
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -23,6 +21,7 @@ import (
 
 	"tidemark"
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 var binPath string
@@ -82,11 +81,11 @@ func eachSource(t *testing.T, body func(t *testing.T, f *fixture)) {
 	t.Run("mysql", func(t *testing.T) { body(t, newMySQLFixture(t)) })
 }
 
-// flavorYAML is the source's flavor line of a daemon config ("" for
-// MariaDB, the default).
-func (f *fixture) flavorYAML() string {
+// flavor is the source's flavor for a daemon config ("" for MariaDB, the
+// default).
+func (f *fixture) flavor() string {
 	if f.env.Flavor == "mysql" {
-		return "  flavor: mysql\n"
+		return "mysql"
 	}
 	return ""
 }
@@ -116,12 +115,6 @@ func newFixtureWith(t *testing.T, env harness.Env) *fixture {
 	return &fixture{env: env, my: my, pg: pg, ctx: ctx}
 }
 
-func randName(prefix string) string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return prefix + hex.EncodeToString(b)
-}
-
 // dropLater removes a test's source database, target schema and checkpoint.
 func (f *fixture) dropLater(t *testing.T, db string, sources ...string) {
 	t.Cleanup(func() {
@@ -145,35 +138,24 @@ func (f *fixture) configYAML(t *testing.T, source, db, targetSchema, zone string
 // section).
 func (f *fixture) configYAMLWith(t *testing.T, source, db, targetSchema, zone string, start tidemark.Position, extra string) string {
 	t.Helper()
-	y := fmt.Sprintf(`source:
-  name: %s
-%s  addr: %s
-  user: %s
-  password: ${TM_IT_MYSQL_PASSWORD}
-  server_id: %d
-  time_zone: %s
-  include: ["%s.*"]
-  start_position: "%s"
-  heartbeat: 1s
-target:
-  postgres:
-    dsn: ${TM_IT_PG_DSN}
-    schema: %s
-batch:
-  max_delay: 50ms
-log:
-  level: info
-`, source, f.flavorYAML(), f.env.MySQLAddr, f.env.MySQLUser, 5000+time.Now().UnixNano()%1000, zone, db, start.String(), targetSchema) + extra
-	if !strings.Contains(extra, "metrics:") {
-		// Daemons of different tests must not fight over the default
-		// metrics port; TestMetricsMatchWorkload sets one.
-		y += "metrics:\n  listen: \"off\"\n"
+	return f.daemon(source, db, targetSchema, zone, start, extra).Write(t)
+}
+
+// daemon is the config configYAMLWith writes, for tests that change more
+// before writing it.
+func (f *fixture) daemon(source, db, targetSchema, zone string, start tidemark.Position, extra string) testenv.Daemon {
+	return testenv.Daemon{
+		Source: testenv.Source{Name: source, Flavor: f.flavor(), Addr: f.env.MySQLAddr, User: f.env.MySQLUser,
+			Password: "${TM_IT_MYSQL_PASSWORD}", ServerID: testenv.ServerID(), TimeZone: zone,
+			Include: []string{db + ".*"}, StartPosition: start.String(), Heartbeat: time.Second},
+		Target: testenv.Target{Postgres: &testenv.Postgres{DSN: "${TM_IT_PG_DSN}", Schema: targetSchema}},
+		Batch:  &testenv.Batch{MaxDelay: 50 * time.Millisecond},
+		Log:    &testenv.Log{Level: "info"},
+		// Metrics nil: "off" unless extra has a metrics section (daemons of
+		// different tests must not fight over the default port;
+		// TestMetricsMatchWorkload sets one).
+		Extra: extra,
 	}
-	p := filepath.Join(t.TempDir(), "tidemark.yaml")
-	if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // daemonProc is a running tidemark binary.
@@ -216,7 +198,7 @@ func (f *fixture) startCommand(t *testing.T, args []string, extraEnv ...string) 
 // kill it instead of stopping it.
 func (d *daemonProc) stop(t *testing.T) int {
 	t.Helper()
-	waitFor(30*time.Second, func() bool { return d.exited() || strings.Contains(d.stderr.String(), "msg=starting") })
+	testenv.WaitFor(30*time.Second, func() bool { return d.exited() || strings.Contains(d.stderr.String(), "msg=starting") })
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-d.waited:

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
+
+	"tidemark/internal/testenv"
 )
 
 // privateMy is one mariadbd started by a test.
@@ -135,7 +137,7 @@ func (s *privateMy) start(t *testing.T) {
 	}
 	s.cmd, s.exited = cmd, make(chan struct{})
 	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(s.exited)
-	ok := waitFor(60*time.Second, func() bool {
+	ok := testenv.WaitFor(60*time.Second, func() bool {
 		select {
 		case <-s.exited:
 			return true

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // scrape returns the samples of /metrics whose name starts with prefix,
@@ -56,7 +57,7 @@ func freePort(t *testing.T) string {
 // endpoints.
 func TestMetricsMatchWorkload(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_metrics_")
+	db := testenv.Name("it_metrics_")
 	f.dropLater(t, db, db)
 	start, _ := harness.SourcePosition(f.my)
 	w := &harness.Workload{My: f.my, Database: db, Zone: "UTC", Rand: rand.New(rand.NewPCG(61, 62))}

@@ -9,6 +9,7 @@ import (
 
 	"tidemark"
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // Index and NOT NULL mirroring end to end (docs/schema-changes.md, "Indexes
@@ -93,7 +94,7 @@ func keys(m map[string]string) string {
 
 func TestMirrorIndexesAndNotNull(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_mirror_")
+	db := testenv.Name("it_mirror_")
 	f.dropLater(t, db, db)
 	f.forgetStates(t, db)
 	f.exec(t, "CREATE DATABASE "+db, "USE "+db,
@@ -199,7 +200,7 @@ func TestMirrorIndexesAndNotNull(t *testing.T) {
 // reloads it, NOT NULL included.
 func TestMirrorNotNullViolationQuarantines(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_mirnn_")
+	db := testenv.Name("it_mirnn_")
 	f.dropLater(t, db, db)
 	f.forgetStates(t, db)
 	start, err := harness.SourcePosition(f.my)

@@ -10,6 +10,7 @@ import (
 
 	"tidemark/integration/harness"
 	"tidemark/integration/mysqlprimary"
+	"tidemark/internal/testenv"
 )
 
 // TestMySQL8DaemonIntoPostgres runs the real tidemark binary against the
@@ -21,7 +22,7 @@ import (
 // must equal what the source committed, row by row.
 func TestMySQL8DaemonIntoPostgres(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_my8_")
+	db := testenv.Name("it_my8_")
 	f.dropLater(t, db, db)
 	const uuidA, uuidB = "3e11fa47-71ca-11e1-9e33-c80aa9429562", "7c9a4b21-0d3e-11ef-8a51-0242ac120002"
 	items := &mysqlprimary.Table{ID: 70, Schema: db, Name: "items", Key: []int{0}, Columns: []mysqlprimary.Column{
@@ -155,7 +156,7 @@ metrics:
 func (f *fixture) waitMySQL8(t *testing.T, source string, d *daemonProc, gtid string) {
 	t.Helper()
 	var last string
-	ok := waitFor(60*time.Second, func() bool {
+	ok := testenv.WaitFor(60*time.Second, func() bool {
 		p, found, err := harness.StoredCheckpoint(f.ctx, f.pg, "", source)
 		last = p.String()
 		return err == nil && found && p.GTID == gtid

@@ -13,6 +13,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/client"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // privateMySQL is a mysqld of the test's own, run from the MySQL 9.7 root of
@@ -28,10 +29,7 @@ type privateMySQL struct {
 
 func (f *fixture) startPrivateMySQL(t *testing.T, serverID int) *privateMySQL {
 	t.Helper()
-	root := f.env.MySQL9Root
-	if root == "" {
-		t.Fatal("TIDEMARK_TEST_MYSQL9_ROOT is not set: run `scripts/services.sh up` and `eval \"$(scripts/services.sh env)\"`")
-	}
+	root := testenv.MySQL9Root(t)
 	dir, err := os.MkdirTemp("", fmt.Sprintf("tm-my9-%d-", serverID))
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +87,7 @@ skip-replica-start
 		t.Fatal(err)
 	}
 	go func() { _ = s.cmd.Wait(); close(s.exited) }()
-	if !waitFor(90*time.Second, func() bool {
+	if !testenv.WaitFor(90*time.Second, func() bool {
 		c, err := client.Connect(s.Addr, f.env.MySQLUser, f.env.MySQLPassword, "")
 		if err == nil {
 			c.Close()
@@ -153,7 +151,7 @@ func testMySQLFailover(t *testing.T, lagging bool) {
 		t.Fatal(err)
 	}
 	defer proxy.Close()
-	db := randName("it_myfo_")
+	db := testenv.Name("it_myfo_")
 	f.dropLater(t, db, db)
 	if err := harness.Exec(ca, "CREATE DATABASE "+db, "USE "+db, "CREATE TABLE t (id INT PRIMARY KEY, v INT, note VARCHAR(20))",
 		"INSERT INTO t VALUES (1, 1, 'a'), (2, 2, 'a'), (3, 3, 'a')"); err != nil {
@@ -204,7 +202,7 @@ func testMySQLFailover(t *testing.T, lagging bool) {
 		if err := harness.Exec(cb, fmt.Sprintf("INSERT INTO %s.t VALUES (1000, 0, 'lagging b')", db)); err != nil {
 			t.Fatal(err)
 		}
-		if !waitFor(90*time.Second, d.exited) {
+		if !testenv.WaitFor(90*time.Second, d.exited) {
 			t.Fatalf("tidemark goes on after a failover to a lagging replica:\n%s", tail(d.stderr.String(), 30))
 		}
 		log := d.stderr.String()
@@ -224,7 +222,7 @@ func testMySQLFailover(t *testing.T, lagging bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !waitFor(30*time.Second, func() bool {
+	if !testenv.WaitFor(30*time.Second, func() bool {
 		p, err := harness.SourcePosition(cb)
 		c, cerr := p.Compare(want)
 		return err == nil && cerr == nil && c >= 0

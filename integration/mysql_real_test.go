@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // The real MySQL 9.7 of scripts/services.sh: what a MySQL server writes that
@@ -73,7 +74,7 @@ func mysqlFeatureRows(base int) []string {
 // the source row by row (harness.Compare, no code shared with tidemark).
 func TestMySQLFeaturesIntoPostgres(t *testing.T) {
 	f := newMySQLFixture(t)
-	db := randName("it_myf_")
+	db := testenv.Name("it_myf_")
 	f.dropLater(t, db, db)
 	stmts := append([]string{"CREATE DATABASE " + db, "USE " + db}, mysqlFeatureTables...)
 	stmts = append(stmts, mysqlFeatureRows(0)...)
@@ -187,7 +188,7 @@ func compressedTxns(t *testing.T, f *fixture) int64 {
 // error naming the setting, and the other tables go on.
 func TestMySQLPartialRowImages(t *testing.T) {
 	f := newMySQLFixture(t)
-	db := randName("it_mypart_")
+	db := testenv.Name("it_mypart_")
 	f.dropLater(t, db, db)
 	if err := harness.Exec(f.my, "CREATE DATABASE "+db, "USE "+db,
 		"CREATE TABLE m (id INT PRIMARY KEY, a VARCHAR(20), b VARCHAR(20) DEFAULT 'dflt')", "INSERT INTO m VALUES (1, 'a', 'b'), (2, 'a', 'b')",
@@ -247,7 +248,7 @@ func deref(s *string) string {
 // the reset, whether the new set is shorter or longer than the checkpoint.
 func TestMySQLResetBinaryLogsWhileStopped(t *testing.T) {
 	f := newMySQLFixture(t)
-	db := randName("it_myreset_")
+	db := testenv.Name("it_myreset_")
 	f.dropLater(t, db, db)
 	reset := func() {
 		t.Helper()
@@ -279,7 +280,7 @@ func TestMySQLResetBinaryLogsWhileStopped(t *testing.T) {
 		}
 	}
 	d = f.startDaemon(t, cfg)
-	exited := waitFor(time.Minute, d.exited)
+	exited := testenv.WaitFor(time.Minute, d.exited)
 	log := d.stderr.String()
 	var n int
 	if err := f.pg.QueryRow(f.ctx, `SELECT count(*) FROM "`+db+`".t WHERE id >= 100`).Scan(&n); err != nil {
@@ -303,7 +304,7 @@ func TestMySQLResetBinaryLogsWhileStopped(t *testing.T) {
 // column and its type, and the other tables go on.
 func TestMySQLSpatialAndVectorRefused(t *testing.T) {
 	f := newMySQLFixture(t)
-	db := randName("it_mygeo_")
+	db := testenv.Name("it_mygeo_")
 	f.dropLater(t, db, db)
 	if err := harness.Exec(f.my, "CREATE DATABASE "+db, "USE "+db,
 		"CREATE TABLE geo (id INT PRIMARY KEY, p POINT NOT NULL SRID 4326)", "INSERT INTO geo VALUES (1, ST_SRID(POINT(1, 2), 4326))",
@@ -344,7 +345,7 @@ func TestMySQLSpatialAndVectorRefused(t *testing.T) {
 // `tidemark verify` agrees.
 func TestMySQLCollationKeys(t *testing.T) {
 	f := newMySQLFixture(t)
-	db := randName("it_mycoll_")
+	db := testenv.Name("it_mycoll_")
 	f.dropLater(t, db, db)
 	if err := harness.Exec(f.my, "CREATE DATABASE "+db, "USE "+db,
 		"CREATE TABLE k (id VARCHAR(10) COLLATE utf8mb4_0900_ai_ci PRIMARY KEY, u VARCHAR(10) COLLATE utf8mb4_general_ci, v INT, UNIQUE KEY (u))",

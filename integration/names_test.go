@@ -15,6 +15,7 @@ import (
 
 	"tidemark"
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // Names MySQL accepts and PostgreSQL refuses or changes (review findings 16
@@ -29,7 +30,7 @@ import (
 // first run, the others created while the daemon streams.
 func TestTargetRefusedNames(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_names_")
+	db := testenv.Name("it_names_")
 	f.dropLater(t, db, db)
 	f.forgetStates(t, db)
 	// snap_sys exists before the start position: it is snapshotted when
@@ -74,7 +75,7 @@ func TestTargetRefusedNames(t *testing.T) {
 		long2:      {long2, "66 bytes", "63"},
 		"longcol":  {longCol, "80 bytes", "63"},
 	}
-	ok := waitFor(60*time.Second, func() bool {
+	ok := testenv.WaitFor(60*time.Second, func() bool {
 		for table := range want {
 			if mode, _ := f.tableState(t, db, db, table); mode != "quarantined" {
 				return d.exited()
@@ -169,7 +170,7 @@ func topicCounts(t *testing.T, brokers []string, prefix string, wait time.Durati
 func TestKafkaRecordTooLargeAndTopicNames(t *testing.T) {
 	f := newFixture(t)
 	brokers := f.kafka(t)
-	db := randName("it_kbig_")
+	db := testenv.Name("it_kbig_")
 	f.dropLater(t, db)
 	start := f.binlogStart(t)
 	prefix := "tk" + strings.TrimPrefix(db, "it_kbig_")
@@ -188,7 +189,7 @@ func TestKafkaRecordTooLargeAndTopicNames(t *testing.T) {
 		"INSERT INTO `жж` VALUES (1, 1)",
 		"INSERT INTO `ёё` VALUES (1, 2), (2, 2)",
 		"INSERT INTO good VALUES (3, 3)")
-	ok := waitFor(60*time.Second, func() bool {
+	ok := testenv.WaitFor(60*time.Second, func() bool {
 		return d.exited() || strings.Contains(grepLines(d.stderr.String(), "quarantined"), db+".big")
 	})
 	log := d.stderr.String()
@@ -240,7 +241,7 @@ func TestApplyTopologyRefusedNames(t *testing.T) {
 	if err := r.w.Run(20); err != nil {
 		t.Fatal(err)
 	}
-	ok := waitFor(60*time.Second, func() bool {
+	ok := testenv.WaitFor(60*time.Second, func() bool {
 		mode, _ := f.tableState(t, r.db, r.db, "extents")
 		return mode == "quarantined" || tailer.exited() || applier.exited()
 	})
@@ -250,7 +251,7 @@ func TestApplyTopologyRefusedNames(t *testing.T) {
 			mode, reason, tailer.exited(), applier.exited(), tail(tailer.stderr.String(), 10), tail(applier.stderr.String(), 10))
 	}
 	spec := harness.TableSpec{Database: r.db, Table: "orders", SourceZone: "UTC"}
-	if !waitFor(90*time.Second, func() bool {
+	if !testenv.WaitFor(90*time.Second, func() bool {
 		d, err := harness.Compare(f.ctx, f.my, f.pg, spec)
 		return err == nil && d.Equal()
 	}) || applier.exited() || tailer.exited() {
@@ -266,7 +267,7 @@ func TestApplyTopologyRefusedNames(t *testing.T) {
 func TestKafkaLegacyCharsets(t *testing.T) {
 	f := newFixture(t)
 	brokers := f.kafka(t)
-	db := randName("it_kcs_")
+	db := testenv.Name("it_kcs_")
 	f.dropLater(t, db)
 	start := f.binlogStart(t)
 	prefix := "tk" + strings.TrimPrefix(db, "it_kcs_")

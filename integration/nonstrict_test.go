@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"tidemark/internal/testenv"
 )
 
 // TestNonStrictGTIDGoingBackwardsReachesKafka is review finding 11: on a
@@ -17,7 +19,7 @@ import (
 func TestNonStrictGTIDGoingBackwardsReachesKafka(t *testing.T) {
 	f := newFixture(t)
 	brokers := f.kafka(t)
-	db := randName("it_nstrict_")
+	db := testenv.Name("it_nstrict_")
 	f.dropLater(t, db)
 	f.exec(t, "SET GLOBAL gtid_strict_mode = 0")
 	t.Cleanup(func() {
@@ -39,7 +41,7 @@ func TestNonStrictGTIDGoingBackwardsReachesKafka(t *testing.T) {
 	d := f.startDaemon(t, cfg)
 	defer cleanupDaemon(&d)
 	want := 5
-	if !waitFor(60*time.Second, func() bool { return topicCounts(t, brokers, prefix, 2*time.Second)[prefix+"."+db+".t"] >= want }) {
+	if !testenv.WaitFor(60*time.Second, func() bool { return topicCounts(t, brokers, prefix, 2*time.Second)[prefix+"."+db+".t"] >= want }) {
 		t.Fatalf("the first %d rows did not reach Kafka:\n%s", want, tail(d.stderr.String(), 20))
 	}
 	// A GTID sequence far below the domain's: the binlog's order is
@@ -48,7 +50,7 @@ func TestNonStrictGTIDGoingBackwardsReachesKafka(t *testing.T) {
 	f.exec(t, fmt.Sprintf("INSERT INTO %s.t VALUES (101, 101)", db))
 	want = 7
 	var got int
-	waitFor(30*time.Second, func() bool {
+	testenv.WaitFor(30*time.Second, func() bool {
 		got = topicCounts(t, brokers, prefix, 2*time.Second)[prefix+"."+db+".t"]
 		return got >= want
 	})

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"tidemark"
+	"tidemark/internal/testenv"
 )
 
 // TestNULBytesQuarantineTheTable (issue 22 §1b): PostgreSQL text and jsonb
@@ -16,7 +17,7 @@ import (
 // (docs/type-mapping.md).
 func TestNULBytesQuarantineTheTable(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_nul_")
+	db := testenv.Name("it_nul_")
 	f.dropLater(t, db, db)
 	f.forgetStates(t, db)
 	f.exec(t, "CREATE DATABASE "+db, "USE "+db,
@@ -62,7 +63,7 @@ func (f *fixture) waitQuarantined(t *testing.T, d *daemonProc, db, step string, 
 	t.Helper()
 	for tb, reason := range want {
 		var mode, got string
-		waitFor(60*time.Second, func() bool {
+		testenv.WaitFor(60*time.Second, func() bool {
 			mode, got = f.tableState(t, db, db, tb)
 			return mode == "quarantined" || d.exited()
 		})

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // canary returns a secret that must never appear in any output.
@@ -117,7 +118,7 @@ func TestBadConfigNamesTheField(t *testing.T) {
 func TestCanaryNeverPrinted(t *testing.T) {
 	f := newFixture(t)
 	secret := canary()
-	user := randName("tmc_")
+	user := testenv.Name("tmc_")
 	if err := harness.Exec(f.my,
 		fmt.Sprintf("CREATE USER '%s'@'127.0.0.1' IDENTIFIED BY '%s'", user, secret),
 		fmt.Sprintf("CREATE USER '%s'@'localhost' IDENTIFIED BY '%s'", user, secret),
@@ -129,13 +130,13 @@ func TestCanaryNeverPrinted(t *testing.T) {
 		_, _ = f.my.Execute(fmt.Sprintf("DROP USER IF EXISTS '%s'@'127.0.0.1'", user))
 		_, _ = f.my.Execute(fmt.Sprintf("DROP USER IF EXISTS '%s'@'localhost'", user))
 	})
-	pgRole := randName("tmc_")
+	pgRole := testenv.Name("tmc_")
 	if _, err := f.pg.Exec(f.ctx, fmt.Sprintf("CREATE ROLE %s LOGIN SUPERUSER PASSWORD '%s'", pgRole, secret)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = f.pg.Exec(f.ctx, "DROP ROLE IF EXISTS "+pgRole) })
 
-	db := randName("it_canary_")
+	db := testenv.Name("it_canary_")
 	f.dropLater(t, db, db)
 	start, err := harness.SourcePosition(f.my)
 	if err != nil {
@@ -167,7 +168,7 @@ func TestCanaryNeverPrinted(t *testing.T) {
 	cfgWith := func(userName, dsnFile string) string {
 		y := fmt.Sprintf("source:\n  name: %s\n  addr: %s\n  user: %s\n  password_file: %s\n  server_id: %d\n  time_zone: UTC\n  include: [\"%s.*\"]\n  start_position: %q\n  heartbeat: 1s\ntarget:\n  postgres:\n    dsn_file: %s\n    schema: %s\nbatch:\n  max_delay: 50ms\nlog:\n  level: debug\nmetrics:\n  listen: \"off\"\n",
 			db, f.env.MySQLAddr, userName, pwFile, 7000+time.Now().UnixNano()%1000, db, start.String(), dsnFile, db)
-		return write(randName("cfg_")+".yaml", y)
+		return write(testenv.Name("cfg_")+".yaml", y)
 	}
 	var all strings.Builder
 	// Success path, with a kill and a restart.
@@ -202,7 +203,7 @@ func TestCanaryNeverPrinted(t *testing.T) {
 		}
 		y := strings.Replace(string(b), "\nbatch:", fmt.Sprintf("\n  kafka:\n    brokers: [%s]\n    topic_prefix: tk%s\n    exactly_once: true\n    tls: {ca_file: %s}\n    sasl: {mechanism: SCRAM-SHA-256, user: %s, password_file: %s}\nbatch:",
 			te.KafkaSASL, db, te.CA, saslUser, pwFile), 1)
-		return write(randName("cfg_kafka_")+".yaml", y)
+		return write(testenv.Name("cfg_kafka_")+".yaml", y)
 	}
 	goodKafka := withKafka(good, user)
 	// ... with the ops endpoint on: /metrics and the status page are read too.
@@ -270,7 +271,7 @@ func TestCanaryNeverPrinted(t *testing.T) {
 // log that it quarantined table; it returns the log.
 func quarantinedOrExited(t *testing.T, d *daemonProc, table string) string {
 	t.Helper()
-	ok := waitFor(60*time.Second, func() bool {
+	ok := testenv.WaitFor(60*time.Second, func() bool {
 		return d.exited() || strings.Contains(grepLines(d.stderr.String(), "quarantine"), table)
 	})
 	log := d.stderr.String()
@@ -290,7 +291,7 @@ func quarantinedOrExited(t *testing.T, d *daemonProc, table string) string {
 // streaming).
 func TestTableWithoutKey(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_nokey_")
+	db := testenv.Name("it_nokey_")
 	f.dropLater(t, db, db)
 	start, err := harness.SourcePosition(f.my)
 	if err != nil {
@@ -352,7 +353,7 @@ func TestHostileIdentifiers(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFixture(t)
-			db := randName("it_ident_")
+			db := testenv.Name("it_ident_")
 			f.dropLater(t, db, db)
 			start, err := harness.SourcePosition(f.my)
 			if err != nil {
@@ -373,7 +374,7 @@ func TestHostileIdentifiers(t *testing.T) {
 			if err := harness.Exec(f.my, "USE "+db, c.ddl, c.insert); err != nil {
 				t.Fatal(err)
 			}
-			ok := waitFor(30*time.Second, func() bool {
+			ok := testenv.WaitFor(30*time.Second, func() bool {
 				return d.exited() || strings.Contains(d.stderr.String(), "invalid identifier")
 			})
 			log := d.stderr.String()
@@ -429,7 +430,7 @@ func pgTimes(t *testing.T, f *fixture, schema, table, col string) map[int]string
 // edges of DATETIME and TIMESTAMP, zero dates and invalid dates.
 func TestTemporalEdges(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_time_")
+	db := testenv.Name("it_time_")
 	f.dropLater(t, db, db+"_later", db+"_earlier", db+"_error", db+"_zeroerr")
 	for _, s := range []string{"_later", "_earlier", "_error", "_zeroerr"} {
 		s := s
@@ -471,7 +472,7 @@ func TestTemporalEdges(t *testing.T) {
 		cfg := f.relConfig(t, db+r.suffix, db, relOpts{Start: start, Zone: r.zone, Source: r.source, TargetSchema: db + r.suffix})
 		d := f.startDaemon(t, cfg)
 		// Wait for the last table to arrive, or for the daemon to stop.
-		waitFor(60*time.Second, func() bool {
+		testenv.WaitFor(60*time.Second, func() bool {
 			var ok bool
 			_ = f.pg.QueryRow(f.ctx, "SELECT to_regclass($1) IS NOT NULL", db+r.suffix+".fine").Scan(&ok)
 			return ok || d.exited()
@@ -578,7 +579,7 @@ func TestTemporalEdges(t *testing.T) {
 // upsert of the newest version, and the stats add up.
 func TestHotKeyTenThousandUpdatesOneFlush(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_hot_")
+	db := testenv.Name("it_hot_")
 	f.dropLater(t, db, db)
 	start, err := harness.SourcePosition(f.my)
 	if err != nil {

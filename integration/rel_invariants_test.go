@@ -17,9 +17,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,8 +30,11 @@ import (
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/jackc/pgx/v5"
 
+	"go.yaml.in/yaml/v3"
+
 	"tidemark"
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // longProfile skips a test unless TIDEMARK_LONG=1 (make test-long). Only
@@ -80,40 +83,42 @@ func (f *fixture) relConfig(t *testing.T, source, db string, o relOpts) string {
 	if o.Level == "" {
 		o.Level = "info"
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "source:\n  name: %s\n%s  addr: %s\n  user: %s\n  password: ${TM_IT_MYSQL_PASSWORD}\n  server_id: %d\n  time_zone: %s\n  include: [\"%s.*\"]\n  heartbeat: %s\n",
-		source, f.flavorYAML(), o.Addr, f.env.MySQLUser, 6000+rand.IntN(50000), o.Zone, db, o.Heartbeat)
-	if !o.Start.IsZero() {
-		fmt.Fprintf(&b, "  start_position: %q\n", o.Start.String())
-	}
-	if o.ReadTimeout != "" {
-		fmt.Fprintf(&b, "  read_timeout: %s\n", o.ReadTimeout)
-	}
-	for _, l := range o.Source {
-		fmt.Fprintf(&b, "  %s\n", l)
-	}
 	if o.TargetSchema == "" {
 		o.TargetSchema = db
 	}
-	fmt.Fprintf(&b, "target:\n  postgres:\n    dsn: ${TM_IT_PG_DSN}\n    schema: %s\n", o.TargetSchema)
-	if o.DeleteMode != "" {
-		fmt.Fprintf(&b, "    delete_mode: %s\n", o.DeleteMode)
+	hb, err := time.ParseDuration(o.Heartbeat)
+	if err != nil {
+		t.Fatalf("relOpts.Heartbeat: %v", err)
+	}
+	d := testenv.Daemon{
+		Source: testenv.Source{Name: source, Flavor: f.flavor(), Addr: o.Addr, User: f.env.MySQLUser,
+			Password: "${TM_IT_MYSQL_PASSWORD}", ServerID: testenv.ServerID(), TimeZone: o.Zone,
+			Include: []string{db + ".*"}, Heartbeat: hb, More: map[string]any{}},
+		Target: testenv.Target{Postgres: &testenv.Postgres{DSN: "${TM_IT_PG_DSN}", Schema: o.TargetSchema, DeleteMode: o.DeleteMode}},
+		Log:    &testenv.Log{Level: o.Level},
+		// Metrics nil: "off" unless o.Extra has a metrics section (daemons
+		// run one after another: no fixed metrics port).
+		Extra: o.Extra,
+	}
+	if !o.Start.IsZero() {
+		d.Source.StartPosition = o.Start.String()
+	}
+	if o.ReadTimeout != "" {
+		if d.Source.ReadTimeout, err = time.ParseDuration(o.ReadTimeout); err != nil {
+			t.Fatalf("relOpts.ReadTimeout: %v", err)
+		}
+	}
+	for _, l := range o.Source {
+		var kv map[string]any
+		if err := yaml.Unmarshal([]byte(l), &kv); err != nil {
+			t.Fatalf("relOpts.Source %q: %v", l, err)
+		}
+		maps.Copy(d.Source.More, kv)
 	}
 	if !o.NoBatch {
-		b.WriteString("batch:\n  max_delay: 50ms\n")
+		d.Batch = &testenv.Batch{MaxDelay: 50 * time.Millisecond}
 	}
-	fmt.Fprintf(&b, "log:\n  level: %s\n", o.Level)
-	if !strings.Contains(o.Extra, "metrics:") {
-		// Daemons run one after another (and other packages' may run at the
-		// same time): no fixed metrics port.
-		b.WriteString("metrics:\n  listen: \"off\"\n")
-	}
-	b.WriteString(o.Extra)
-	p := filepath.Join(t.TempDir(), "tidemark.yaml")
-	if err := os.WriteFile(p, []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return d.Write(t)
 }
 
 // ---------------------------------------------------------------------------
@@ -911,20 +916,6 @@ func (f *fixture) caughtUpIn(t *testing.T, source string, d *daemonProc, timeout
 		t.Fatalf("%v\ndaemon stderr (tail):\n%s", err, out)
 	}
 	return time.Since(start)
-}
-
-// waitFor polls cond every 50 ms until it is true or timeout passes.
-func waitFor(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func tail(s string, n int) string {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // rssLimitMiB bounds the daemon's peak resident set in the memory
@@ -100,7 +101,7 @@ func TestF10LargeTransactionAndBlobLong(t *testing.T) {
 
 func runLarge(t *testing.T, rows int) {
 	f := newFixture(t)
-	db := randName("it_f10_")
+	db := testenv.Name("it_f10_")
 	f.dropLater(t, db, db)
 	start, err := harness.SourcePosition(f.my)
 	if err != nil {
@@ -190,7 +191,7 @@ func runLarge(t *testing.T, rows int) {
 // bounded; once the lock is released the lag recovers. I1–I5 hold.
 func TestF12TargetTableLocked(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_f12_")
+	db := testenv.Name("it_f12_")
 	f.dropLater(t, db, db)
 	start, err := harness.SourcePosition(f.my)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // networkRun is a daemon replicating through two in-process TCP fault
@@ -39,7 +40,7 @@ func startNetworkRun(t *testing.T, prefix string) *networkRun {
 	}
 	t.Cleanup(pgP.Close)
 	u.Host = pgP.Addr
-	db := randName(prefix)
+	db := testenv.Name(prefix)
 	f.dropLater(t, db, db)
 	start, err := harness.SourcePosition(f.my)
 	if err != nil {
@@ -100,7 +101,7 @@ func TestF8NetworkFaults(t *testing.T) {
 	before := strings.Count(r.d.stderr.String(), "binlog stream interrupted")
 	hangAt := time.Now()
 	mustAdd(t, n.myP, harness.Toxic{Name: "hang", Type: "timeout", Attributes: map[string]any{"timeout": 0}})
-	detected := waitFor(20*time.Second, func() bool {
+	detected := testenv.WaitFor(20*time.Second, func() bool {
 		return strings.Count(r.d.stderr.String(), "binlog stream interrupted") > before
 	})
 	detect := time.Since(hangAt)
@@ -160,7 +161,7 @@ func TestF8NetworkFaults(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	before = strings.Count(r.d.stderr.String(), "binlog stream interrupted")
 	mustAdd(t, n.myP, harness.Toxic{Name: "reset", Type: "reset_peer", Attributes: map[string]any{"timeout": 0}})
-	if !waitFor(10*time.Second, func() bool { return strings.Count(r.d.stderr.String(), "binlog stream interrupted") > before }) {
+	if !testenv.WaitFor(10*time.Second, func() bool { return strings.Count(r.d.stderr.String(), "binlog stream interrupted") > before }) {
 		t.Errorf("the reset of the binlog stream was not noticed")
 	}
 	n.myP.RemoveAll()
@@ -213,7 +214,7 @@ func TestF8PostgresHalfOpen(t *testing.T) {
 	// Noticed: a retry, or (when the hang caught a COMMIT) the warning the
 	// sink logs before it asks whether that COMMIT happened.
 	hung := countLines(r.d.stderr.String(), "no answer to COMMIT within apply_timeout")
-	detected := waitFor(40*time.Second, func() bool {
+	detected := testenv.WaitFor(40*time.Second, func() bool {
 		logs := r.d.stderr.String()
 		return countLines(logs, "retrying after transient error") > retries || countLines(logs, "no answer to COMMIT within apply_timeout") > hung || r.d.exited()
 	})
@@ -253,7 +254,7 @@ func TestF8SourceSQLHalfOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(myP.Close)
-	db := randName("it_f8sql_")
+	db := testenv.Name("it_f8sql_")
 	f.dropLater(t, db, db, db+"_d")
 	if err := harness.Exec(f.my, "CREATE DATABASE "+db, "USE "+db, "CREATE TABLE t (id INT PRIMARY KEY, v INT)",
 		"INSERT INTO t SELECT seq, seq FROM seq_1_to_1000"); err != nil {
@@ -290,7 +291,7 @@ func TestF8SourceSQLHalfOpen(t *testing.T) {
 		go func() { _ = cmd.Wait(); close(done) }()
 		if name == "catchup" {
 			// Hang in the middle of the table's reads: once rows arrive.
-			waitFor(30*time.Second, func() bool {
+			testenv.WaitFor(30*time.Second, func() bool {
 				var n int
 				_ = f.pg.QueryRow(f.ctx, "SELECT count(*) FROM "+pgx.Identifier{db, "t"}.Sanitize()).Scan(&n)
 				return n > 0
@@ -330,11 +331,11 @@ func TestF8SourceSQLHalfOpen(t *testing.T) {
 			d.kill()
 		}
 	})
-	waitFor(30*time.Second, func() bool { return strings.Contains(d.stderr.String(), "catch-up started") || d.exited() })
+	testenv.WaitFor(30*time.Second, func() bool { return strings.Contains(d.stderr.String(), "catch-up started") || d.exited() })
 	time.Sleep(time.Second)
 	hung := time.Now()
 	hang()
-	noticed := waitFor(30*time.Second, func() bool { return strings.Contains(d.stderr.String(), "query_timeout 2s") || d.exited() })
+	noticed := testenv.WaitFor(30*time.Second, func() bool { return strings.Contains(d.stderr.String(), "query_timeout 2s") || d.exited() })
 	fig["daemon_notices_after_ms"] = ms(time.Since(hung))
 	myP.RemoveAll()
 	if !noticed || d.exited() {

@@ -9,6 +9,7 @@ import (
 
 	"tidemark"
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // F5 (fallback on): the binlogs are purged while tidemark is down, twice
@@ -20,7 +21,7 @@ import (
 // the ledger ticks) through both catch-ups; I1, I2 and I5 at the end.
 func TestF5PurgedWhileDownFallbackConverges(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_f5_")
+	db := testenv.Name("it_f5_")
 	f.dropLater(t, db, db)
 	w := newWorkload(t, f, db, "Asia/Kolkata", 500)
 	if err := harness.Exec(f.my, "CREATE INDEX upd ON "+db+".orders (updated_at)"); err != nil {
@@ -117,7 +118,7 @@ func (f *fixture) targetDigest(t *testing.T, source, db string) string {
 // change. Turning the fallback on then converges: nothing was skipped.
 func TestF5PurgedWhileDownNoFallbackStops(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_f5off_")
+	db := testenv.Name("it_f5off_")
 	f.dropLater(t, db, db)
 	start, err := harness.SourcePosition(f.my)
 	if err != nil {
@@ -179,7 +180,7 @@ func TestF5PurgedWhileDownNoFallbackStops(t *testing.T) {
 // with an error saying so, nothing changed.
 func TestI6PositionAheadStops(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_ahead_")
+	db := testenv.Name("it_ahead_")
 	f.dropLater(t, db, db)
 	start, err := harness.SourcePosition(f.my)
 	if err != nil {

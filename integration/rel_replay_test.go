@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // TestHardDeleteReplayNoResurrection: the daemon replays from an older
@@ -19,7 +20,7 @@ import (
 // reached its delete again.
 func TestHardDeleteReplayNoResurrection(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_replay_")
+	db := testenv.Name("it_replay_")
 	f.dropLater(t, db, db)
 	start, err := harness.SourcePosition(f.my)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // restartRun is the common shape of F3 and F4: a daemon replicating a
@@ -42,7 +43,7 @@ type runLoad struct {
 // first row the daemon writes), the daemon caught up, and the load running.
 func startRestartRun(t *testing.T, prefix string, o runLoad) *restartRun {
 	f := newFixture(t)
-	db := randName(prefix)
+	db := testenv.Name(prefix)
 	f.dropLater(t, db, db)
 	start, err := harness.SourcePosition(f.my)
 	if err != nil {
@@ -243,7 +244,7 @@ func runMyRestarts(t *testing.T, restarts int) {
 // active, and reports whether it saw one.
 func commitInFlight(t *testing.T, f *fixture, timeout time.Duration) bool {
 	t.Helper()
-	return waitFor(timeout, func() bool {
+	return testenv.WaitFor(timeout, func() bool {
 		ctx, cancel := context.WithTimeout(f.ctx, time.Second)
 		defer cancel()
 		var n int

@@ -8,6 +8,7 @@ import (
 
 	"tidemark"
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // TestInvariantChecksCanFail injects each fault the reliability checks look
@@ -18,7 +19,7 @@ import (
 // A check that cannot fail would prove nothing.
 func TestInvariantChecksCanFail(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_self_")
+	db := testenv.Name("it_self_")
 	f.dropLater(t, db, db)
 	if _, err := f.pg.Exec(f.ctx, fmt.Sprintf(`CREATE SCHEMA %[1]s;
 CREATE TABLE %[1]s.ticks (id bigint PRIMARY KEY, at timestamptz, note text, _tm_seq bigint NOT NULL, _tm_idx integer NOT NULL);
@@ -75,7 +76,7 @@ ON CONFLICT (source) DO UPDATE SET position = EXCLUDED.position, gtid = EXCLUDED
 		t.Helper()
 		setCkpt(seq)
 		m := startMonitor(t, f, db, db, led)
-		ok := waitFor(5*time.Second, func() bool {
+		ok := testenv.WaitFor(5*time.Second, func() bool {
 			m.mu.Lock()
 			defer m.mu.Unlock()
 			return strings.Contains(strings.Join(m.violations, "\n"), want)
@@ -89,9 +90,9 @@ ON CONFLICT (source) DO UPDATE SET position = EXCLUDED.position, gtid = EXCLUDED
 	expect("checkpoint ahead of the source", 1<<40, "ahead of the source")
 	m := startMonitor(t, f, db, db, nil)
 	setCkpt(60)
-	waitFor(2*time.Second, func() bool { m.mu.Lock(); defer m.mu.Unlock(); return m.havePos })
+	testenv.WaitFor(2*time.Second, func() bool { m.mu.Lock(); defer m.mu.Unlock(); return m.havePos })
 	setCkpt(55)
-	ok := waitFor(5*time.Second, func() bool {
+	ok := testenv.WaitFor(5*time.Second, func() bool {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		return strings.Contains(strings.Join(m.violations, "\n"), "moved backwards")

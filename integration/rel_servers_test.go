@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"tidemark/internal/testenv"
 )
 
 // pgServer is the local PostgreSQL's data directory and binaries.
@@ -144,7 +146,7 @@ func (s *myServer) restart(t *testing.T, kill bool) time.Duration {
 		_, _ = c.Execute("SHUTDOWN")
 		c.Close()
 	}
-	if !waitFor(60*time.Second, func() bool { return !s.alive() }) {
+	if !testenv.WaitFor(60*time.Second, func() bool { return !s.alive() }) {
 		t.Fatalf("mariadbd (pid %d) did not stop", s.pid)
 	}
 	if err := s.start(60 * time.Second); err != nil {

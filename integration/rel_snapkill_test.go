@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // TestKillNineDuringFirstSnapshot (issue 22 §1b): tidemark with no
@@ -20,7 +21,7 @@ import (
 // (with delete_detection unset), and no WARN admits missed deletes.
 func TestKillNineDuringFirstSnapshot(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_snapkill_")
+	db := testenv.Name("it_snapkill_")
 	f.dropLater(t, db, db)
 	f.forgetStates(t, db)
 	f.exec(t, "CREATE DATABASE "+db, "USE "+db,
@@ -70,7 +71,7 @@ func TestKillNineDuringFirstSnapshot(t *testing.T) {
 	kills := 0
 	for kills < 3 {
 		d := f.startDaemon(t, cfg)
-		if !waitFor(30*time.Second, func() bool { return d.exited() || strings.Contains(d.stderr.String(), "catch-up started") }) || d.exited() {
+		if !testenv.WaitFor(30*time.Second, func() bool { return d.exited() || strings.Contains(d.stderr.String(), "catch-up started") }) || d.exited() {
 			d.kill()
 			t.Fatalf("the snapshot did not start:\n%s", tail(d.stderr.String(), 20))
 		}

@@ -10,6 +10,7 @@ import (
 
 	"tidemark"
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // Schema changes end to end (docs/schema-changes.md): ALTER TABLE while the
@@ -148,7 +149,7 @@ func (f *fixture) stopOK(t *testing.T, d *daemonProc) {
 // binlog does not show); a dropped column is kept in the target.
 func TestSchemaAlterWhileRunning(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_alter_")
+	db := testenv.Name("it_alter_")
 	f.dropLater(t, db, db)
 	f.forgetStates(t, db)
 	start, err := harness.SourcePosition(f.my)
@@ -210,7 +211,7 @@ func TestSchemaAlterWhileRunning(t *testing.T) {
 // and the target ends equal to the source (drop_columns: drop).
 func TestSchemaAlterWhileStoppedWithBacklog(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_backlog_")
+	db := testenv.Name("it_backlog_")
 	f.dropLater(t, db, db)
 	f.forgetStates(t, db)
 	start, err := harness.SourcePosition(f.my)
@@ -257,7 +258,7 @@ func TestSchemaAlterWhileStoppedWithBacklog(t *testing.T) {
 // TABLE refused (default) quarantines the table and keeps its target.
 func TestCreateAndDropTables(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_ddl_")
+	db := testenv.Name("it_ddl_")
 	outside := db + "_out"
 	f.dropLater(t, db, db, db+"_r")
 	f.forgetStates(t, db, db+"_r")
@@ -335,7 +336,7 @@ func TestCreateAndDropTables(t *testing.T) {
 // table back, with the daemon running and with it stopped.
 func TestQuarantineAndResync(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_quar_")
+	db := testenv.Name("it_quar_")
 	f.dropLater(t, db, db)
 	f.forgetStates(t, db)
 	start, err := harness.SourcePosition(f.my)
@@ -422,7 +423,7 @@ func TestQuarantineAndResync(t *testing.T) {
 // excluded tables and columns never reach the target (nor the log).
 func TestFiltersAndColumnExclusion(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_filter_")
+	db := testenv.Name("it_filter_")
 	view := db + "_v"
 	f.dropLater(t, db, db)
 	f.forgetStates(t, db)
@@ -476,7 +477,7 @@ func TestFiltersAndColumnExclusion(t *testing.T) {
 // first-run snapshot (SQL) and the binlog alike.
 func TestTypeRoundTripSchemaEdges(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_edges_")
+	db := testenv.Name("it_edges_")
 	f.dropLater(t, db, db)
 	f.forgetStates(t, db)
 	f.exec(t, "CREATE DATABASE "+db, "USE "+db, "SET NAMES utf8mb4",

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // TestSourceOutageDuringFirstSnapshot (nemesis seed 26): the source is
@@ -17,7 +18,7 @@ import (
 // after five attempts within about a second).
 func TestSourceOutageDuringFirstSnapshot(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_snapout_")
+	db := testenv.Name("it_snapout_")
 	f.dropLater(t, db, db)
 	f.forgetStates(t, db)
 	f.exec(t, "CREATE DATABASE "+db, "USE "+db,
@@ -31,7 +32,7 @@ func TestSourceOutageDuringFirstSnapshot(t *testing.T) {
 	cfg := f.relConfig(t, db, db, relOpts{Addr: myP.Addr, Extra: "fallback:\n  chunk_rows: 500\n"})
 	d := f.startDaemon(t, cfg)
 	defer cleanupDaemon(&d)
-	if !waitFor(30*time.Second, func() bool { return d.exited() || strings.Contains(d.stderr.String(), "catch-up started") }) || d.exited() {
+	if !testenv.WaitFor(30*time.Second, func() bool { return d.exited() || strings.Contains(d.stderr.String(), "catch-up started") }) || d.exited() {
 		t.Fatalf("the snapshot did not start:\n%s", tail(d.stderr.String(), 20))
 	}
 	time.Sleep(100 * time.Millisecond)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // The status page in a real browser: Debian's chromium, headless, loads
@@ -70,7 +71,7 @@ func pageTable(dom, table string) (mode, reason string) {
 }
 
 func artifactDir(t *testing.T) string {
-	dir := os.Getenv("TIDEMARK_TEST_ARTIFACTS")
+	dir := testenv.Artifacts()
 	if dir == "" {
 		_, file, _, _ := runtime.Caller(0)
 		dir = filepath.Join(filepath.Dir(file), "..", "bin", "test-artifacts")
@@ -83,7 +84,7 @@ func artifactDir(t *testing.T) string {
 
 func TestStatusPageInBrowser(t *testing.T) {
 	f := newFixture(t)
-	db := randName("it_page_")
+	db := testenv.Name("it_page_")
 	f.dropLater(t, db, db)
 	f.forgetStates(t, db)
 	t.Cleanup(func() { _, _ = f.pg.Exec(f.ctx, "DELETE FROM tidemark.verify_runs WHERE source = $1", db) })

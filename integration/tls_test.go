@@ -21,28 +21,17 @@ import (
 	"tidemark/binlog"
 	"tidemark/integration/harness"
 	"tidemark/internal/testcerts"
+	"tidemark/internal/testenv"
 )
 
 // tlsEnv is the TLS side of the servers of scripts/services.sh: the CA of
 // their certificates and the accounts that accept TLS connections only.
-type tlsEnv struct {
-	CA                   string
-	MySQLUser, MySQLPass string
-	PGDSN                string // the TLS-only role, sslmode=verify-full with the CA
-	KafkaSASL, KafkaSSL  string // brokers of the SASL_SSL and SSL listeners
-	KafkaUser, KafkaPass string
-}
+type tlsEnv = testenv.TLSEnv
 
+// tlsEnvFromOS is testenv.KafkaTLS: these tests need every TLS listener.
 func tlsEnvFromOS(t *testing.T) tlsEnv {
 	t.Helper()
-	e := tlsEnv{CA: os.Getenv("TIDEMARK_TEST_TLS_CA"), MySQLUser: os.Getenv("TIDEMARK_TEST_MYSQL_TLS_USER"),
-		MySQLPass: os.Getenv("TIDEMARK_TEST_MYSQL_TLS_PASSWORD"), PGDSN: os.Getenv("TIDEMARK_TEST_PG_TLS_DSN"),
-		KafkaSASL: os.Getenv("TIDEMARK_TEST_KAFKA_SASL_BROKERS"), KafkaSSL: os.Getenv("TIDEMARK_TEST_KAFKA_SSL_BROKERS"),
-		KafkaUser: os.Getenv("TIDEMARK_TEST_KAFKA_SASL_USER"), KafkaPass: os.Getenv("TIDEMARK_TEST_KAFKA_SASL_PASSWORD")}
-	if e.CA == "" || e.MySQLUser == "" || e.PGDSN == "" || e.KafkaSASL == "" {
-		t.Fatal("TIDEMARK_TEST_TLS_CA and the other TLS variables are not set: run `scripts/services.sh up` and `eval \"$(scripts/services.sh env)\"` (make test does both)")
-	}
-	return e
+	return testenv.KafkaTLS(t)
 }
 
 func writeSecret(t *testing.T, name, value string) string {
@@ -67,7 +56,7 @@ func writeSecret(t *testing.T, name, value string) string {
 func TestTLSSourceAndPostgres(t *testing.T) {
 	f := newFixture(t)
 	te := tlsEnvFromOS(t)
-	db := randName("it_tls_")
+	db := testenv.Name("it_tls_")
 	f.dropLater(t, db, db)
 	if _, err := f.my.Execute("CREATE DATABASE " + db); err != nil {
 		t.Fatal(err)
@@ -109,7 +98,7 @@ func TestTLSSourceAndPostgres(t *testing.T) {
 
 	d := f.startDaemon(t, cfg)
 	defer d.kill()
-	waitFor(60*time.Second, func() bool { return d.exited() || strings.Contains(d.stderr.String(), "msg=starting") })
+	testenv.WaitFor(60*time.Second, func() bool { return d.exited() || strings.Contains(d.stderr.String(), "msg=starting") })
 	if _, err := f.my.Execute("INSERT INTO " + db + ".t (id, v) VALUES (3, 'streamed over tls')"); err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +212,7 @@ func TestTLSSourceAndPostgres(t *testing.T) {
 func TestSourceTLSOnTheWire(t *testing.T) {
 	f := newFixture(t)
 	te := tlsEnvFromOS(t)
-	db := randName("it_wire_")
+	db := testenv.Name("it_wire_")
 	f.dropLater(t, db)
 	if _, err := f.my.Execute("CREATE DATABASE " + db); err != nil {
 		t.Fatal(err)
@@ -248,7 +237,7 @@ func TestSourceTLSOnTheWire(t *testing.T) {
 				t.Fatal(err)
 			}
 			gtid, _ := r.GetString(0, 0)
-			value := randName("wire-canary-row-value-")
+			value := testenv.Name("wire-canary-row-value-")
 			if _, err := f.my.Execute(fmt.Sprintf("INSERT INTO %s.t VALUES (%d, '%s')", db, i+1, value)); err != nil {
 				t.Fatal(err)
 			}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // zooTable is a table of every MariaDB column type tidemark replicates, with
@@ -104,7 +105,7 @@ func TestTypeZooStreamAndSnapshot(t *testing.T) {
 }
 
 func testTypeZoo(t *testing.T, f *fixture) {
-	db := randName("it_zoo_")
+	db := testenv.Name("it_zoo_")
 	f.dropLater(t, db, db+"_stream", db+"_snap")
 	for _, s := range []string{"_stream", "_snap"} {
 		s := s
@@ -211,7 +212,7 @@ func TestCharsetZooStreamAndSnapshot(t *testing.T) {
 }
 
 func testCharsetZoo(t *testing.T, f *fixture) {
-	db := randName("it_czoo_")
+	db := testenv.Name("it_czoo_")
 	f.dropLater(t, db, db+"_stream", db+"_snap")
 	f.forgetStates(t, db+"_stream", db+"_snap")
 	for _, s := range []string{"_stream", "_snap"} {

@@ -5,10 +5,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"tidemark"
 	"tidemark/binlog"
 	"tidemark/integration/mysqlprimary"
+	"tidemark/internal/testenv"
 )
 
 func commitN(t *testing.T, p *mysqlprimary.Primary, gtids []string, firstID int64) {
@@ -102,7 +104,7 @@ func TestMySQLReconnectAfterFailover(t *testing.T) {
 		defer close(done)
 		changes, pos, err = stream(t, tl, tidemark.Position{}, 4)
 	}()
-	waitFor(t, func() bool { return a.Served() >= 2 })
+	testenv.Eventually(t, 10*time.Second, "two binlog dumps served", func() bool { return a.Served() >= 2 })
 	addr := a.Addr()
 	a.Close()
 	b := startPrimary(t, mysqlprimary.Config{Version: "8.4.3", ServerUUID: uuidB, ServerID: 2, Basename: "mysql-bin", Addr: addr})

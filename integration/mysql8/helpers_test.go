@@ -88,14 +88,3 @@ var (
 func ins(id int64, name string) mysqlprimary.Row {
 	return mysqlprimary.Row{Op: mysqlprimary.Insert, Table: itemsTable, After: []any{id, name, nil}}
 }
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

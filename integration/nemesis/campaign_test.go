@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // settings is a campaign's drawn topology and configuration.
@@ -282,7 +283,7 @@ func runCampaign(t *testing.T, seed uint64) *result {
 func (c *campaign) connectMy() *client.Conn {
 	var my *client.Conn
 	var err error
-	if !waitFor(60*time.Second, func() bool { my, err = c.env.MySQL(); return err == nil }) {
+	if !testenv.WaitFor(60*time.Second, func() bool { my, err = c.env.MySQL(); return err == nil }) {
 		c.t.Fatalf("connect to MariaDB: %v", err)
 	}
 	if _, err := my.Execute("SET time_zone = '" + c.s.zone + "'"); err != nil {
@@ -297,7 +298,7 @@ func (c *campaign) connectMy() *client.Conn {
 func (c *campaign) connectPG() *pgx.Conn {
 	var pg *pgx.Conn
 	var err error
-	if !waitFor(60*time.Second, func() bool { pg, err = c.env.PG(c.ctx); return err == nil }) {
+	if !testenv.WaitFor(60*time.Second, func() bool { pg, err = c.env.PG(c.ctx); return err == nil }) {
 		c.t.Fatalf("connect to PostgreSQL: %v", err)
 	}
 	return pg

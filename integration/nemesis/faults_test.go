@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // fault draws one fault the topology allows and injects it.
@@ -185,7 +186,7 @@ func (c *campaign) restartMariaDB(kill bool) {
 		_, _ = c.my.Execute("SHUTDOWN")
 	}
 	c.my.Close()
-	if !waitFor(60*time.Second, func() bool {
+	if !testenv.WaitFor(60*time.Second, func() bool {
 		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		f := strings.Fields(string(st))
 		return err != nil || len(f) < 3 || f[2] == "Z"
@@ -219,7 +220,7 @@ func (c *campaign) restartKafka() {
 		c.t.Fatalf("the Kafka broker's pid file holds %q", b)
 	}
 	_ = syscall.Kill(pid, syscall.SIGKILL)
-	waitFor(30*time.Second, func() bool { return syscall.Kill(pid, 0) != nil })
+	testenv.WaitFor(30*time.Second, func() bool { return syscall.Kill(pid, 0) != nil })
 	c.burst(c.intn("txns", 5, 30), true)
 	cmd := exec.Command(filepath.Join(root, "scripts", "services.sh"), "up")
 	cmd.Dir = root

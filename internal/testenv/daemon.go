@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -24,9 +25,9 @@ type Daemon struct {
 	Fallback *Fallback `yaml:"fallback,omitempty"`
 	Dedupe   *Toggle   `yaml:"dedupe,omitempty"`
 	Log      *Log      `yaml:"log,omitempty"`
-	// Metrics is the ops endpoint's section. Nil renders `listen: "off"`:
-	// daemons of tests that run at once must not fight over the default
-	// port.
+	// Metrics is the ops endpoint's section. Nil renders `listen: "off"`
+	// (daemons of tests that run at once must not fight over the default
+	// port), unless Extra has its own metrics section.
 	Metrics *Metrics `yaml:"metrics,omitempty"`
 	// Extra is more top-level YAML, appended as it is.
 	Extra string `yaml:"-"`
@@ -49,7 +50,11 @@ type Source struct {
 	Exclude       []string      `yaml:"exclude,flow,omitempty"`
 	StartPosition string        `yaml:"start_position,omitempty"`
 	Heartbeat     time.Duration `yaml:"heartbeat,omitempty"`
+	ReadTimeout   time.Duration `yaml:"read_timeout,omitempty"`
 	LagBudget     time.Duration `yaml:"lag_budget,omitempty"`
+	// More are further source keys (key → value), rendered after the
+	// typed ones.
+	More map[string]any `yaml:",inline"`
 }
 
 // TLSConfig is a tls section (source.tls, target.kafka.tls).
@@ -74,6 +79,9 @@ type Postgres struct {
 	Schema        string `yaml:"schema,omitempty"`
 	ControlSchema string `yaml:"control_schema,omitempty"`
 	DeleteMode    string `yaml:"delete_mode,omitempty"`
+	// More are further target.postgres keys, rendered after the typed
+	// ones.
+	More map[string]any `yaml:",inline"`
 }
 
 // KafkaTarget is target.kafka.
@@ -133,9 +141,11 @@ type Metrics struct {
 // Off is a pointer to false, for the *bool switches.
 func Off() *bool { b := false; return &b }
 
+var topMetrics = regexp.MustCompile(`(?m)^metrics:`)
+
 // YAML renders the config.
 func (d Daemon) YAML() (string, error) {
-	if d.Metrics == nil {
+	if d.Metrics == nil && !topMetrics.MatchString(d.Extra) {
 		d.Metrics = &Metrics{Listen: "off"}
 	}
 	var b strings.Builder

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -11,7 +12,8 @@ import (
 func TestDaemonYAML(t *testing.T) {
 	y, err := Daemon{
 		Source: Source{Name: "s", Addr: "127.0.0.1:3306", User: "u", Password: "${PW}", ServerID: 7,
-			TimeZone: "UTC", Include: []string{"db.*"}, StartPosition: "0-1-5", Heartbeat: time.Second},
+			TimeZone: "UTC", Include: []string{"db.*"}, StartPosition: "0-1-5", Heartbeat: time.Second,
+			More: map[string]any{"fold": "later"}},
 		Target: Target{Postgres: &Postgres{DSN: "${DSN}", Schema: "db"}},
 		Batch:  &Batch{MaxDelay: 50 * time.Millisecond},
 		Dedupe: &Toggle{},
@@ -31,6 +33,7 @@ func TestDaemonYAML(t *testing.T) {
   include: [db.*]
   start_position: 0-1-5
   heartbeat: 1s
+  fold: later
 target:
   postgres:
     dsn: ${DSN}
@@ -48,5 +51,10 @@ verify:
 `
 	if y != want {
 		t.Fatalf("got:\n%s\nwant:\n%s", y, want)
+	}
+	// Extra with its own metrics section: no second one.
+	y, err = Daemon{Source: Source{Name: "s"}, Extra: "metrics:\n  listen: 127.0.0.1:1\n"}.YAML()
+	if err != nil || strings.Count(y, "metrics:") != 1 {
+		t.Fatalf("Extra with metrics: %v\n%s", err, y)
 	}
 }
