@@ -71,6 +71,8 @@ type options struct {
 	runs                                               int
 	peerRows                                           int
 	applyRows                                          int
+	appliers                                           int
+	tailerProfile                                      string
 }
 
 // loadAtStart is the load average when the bench started.
@@ -97,6 +99,8 @@ func main() {
 	flag.IntVar(&fallbackChunkRows, "chunk-rows", 0, "with -fallback: fallback.chunk_rows (default: tidemark's)")
 	flag.IntVar(&o.fallbackRows, "fallback", 0, "instead: benchmark the fallback catch-up on a table of this many rows")
 	flag.IntVar(&o.applyRows, "apply", 0, "instead: benchmark the scale-out topology (1, 2, 3 appliers vs run) on a backlog of this many inserts")
+	flag.IntVar(&o.appliers, "appliers", 3, "with -apply: measure groups of 1 … this many appliers (0: the tailer only, K/D)")
+	flag.StringVar(&o.tailerProfile, "tailer-profile", "", "with -apply: write CPU, block and mutex profiles of the Kafka tailer to this prefix (PREFIX.cpu.N, PREFIX.block.N, PREFIX.mutex.N for run N)")
 	flag.Parse()
 	loadAtStart = loadAvg()
 	// The same GC settings as the tidemark binary (cmd/tidemark tuneGC), for

@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"strings"
@@ -535,9 +536,11 @@ func (d *daemon) Close() {
 }
 
 func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
-	var cpuProfile string
+	var cpuProfile, blockProfile, mutexProfile string
 	cfg, _, err := loadConfigFlagWith("run", args, stderr, func(fs *flag.FlagSet) {
 		fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+		fs.StringVar(&blockProfile, "blockprofile", "", "write a goroutine blocking profile of the run to this file")
+		fs.StringVar(&mutexProfile, "mutexprofile", "", "write a mutex contention profile of the run to this file")
 	})
 	if err != nil {
 		fmt.Fprintln(stderr, "tidemark:", err)
@@ -560,6 +563,17 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 		stop, err := startCPUProfile(cpuProfile)
 		if err != nil {
 			log.Error("start CPU profile", "err", err)
+			return exitUsage
+		}
+		defer stop()
+	}
+	for _, p := range []struct{ name, path string }{{"block", blockProfile}, {"mutex", mutexProfile}} {
+		if p.path == "" {
+			continue
+		}
+		stop, err := startProfile(p.name, p.path)
+		if err != nil {
+			log.Error("start "+p.name+" profile", "err", err)
 			return exitUsage
 		}
 		defer stop()
@@ -682,4 +696,25 @@ func startCPUProfile(path string) (func(), error) {
 		return nil, fmt.Errorf("start CPU profile: %w", err)
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// startProfile samples every blocking event (name "block") or every mutex
+// contention ("mutex") until the returned function writes the profile to
+// path.
+func startProfile(name, path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("create %s profile: %w", name, err)
+	}
+	if name == "block" {
+		runtime.SetBlockProfileRate(1)
+	} else {
+		runtime.SetMutexProfileFraction(1)
+	}
+	return func() {
+		if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+			fmt.Fprintf(os.Stderr, "tidemark: write %s profile: %v\n", name, err)
+		}
+		f.Close()
+	}, nil
 }
