@@ -117,6 +117,11 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		kgo.MaxBufferedRecords(cfg.MaxBufferedRecords),
 		kgo.MaxBufferedBytes(cfg.MaxBufferedBytes),
 		kgo.ProducerBatchMaxBytes(cfg.MaxRecordBytes),
+		// A produce answered with a retriable error (the first records
+		// to a topic just created) waits for a metadata refresh, and
+		// franz-go spaces refreshes by this: its 5 s default stalled
+		// the first transaction of every new table for 5 s (issue 25).
+		kgo.MetadataMinAge(metadataMinAge),
 	}
 	sec, err := cfg.Security.opts()
 	if err != nil {
@@ -163,7 +168,7 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 
 func (s *Sink) init(ctx context.Context) error {
 	topic := s.cfg.CheckpointTopic
-	if err := s.createTopic(ctx, topic, 1, map[string]string{"cleanup.policy": "compact"}); err != nil {
+	if _, err := s.createTopic(ctx, topic, 1, map[string]string{"cleanup.policy": "compact"}); err != nil {
 		return fmt.Errorf("open kafka sink: %w", err)
 	}
 	if cfgs, err := s.adm.DescribeTopicConfigs(ctx, topic); err == nil {
@@ -620,6 +625,9 @@ func (s *Sink) nextBatchID() string {
 }
 
 const (
+	// metadataMinAge is the least time between two metadata refreshes of
+	// the producer.
+	metadataMinAge = 250 * time.Millisecond
 	// resolveTimeout bounds reading the checkpoint back after a commit
 	// that got no answer.
 	resolveTimeout = 30 * time.Second

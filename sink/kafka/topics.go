@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"tidemark"
 )
@@ -114,15 +115,19 @@ func (s *Sink) topicFor(ctx context.Context, source string, id tidemark.TableID)
 	if other, ok := s.topicOwner[name]; ok && other != k {
 		return "", &tidemark.TableError{Table: id, Err: fmt.Errorf("name topic of %s: %q is also the topic of %s (source %s); change topic_template: %w", id, name, other.id, other.source, tidemark.ErrInvalidIdentifier)}
 	}
+	var n int32
 	if s.cfg.CreateTopics {
-		if err := s.createTopic(ctx, name, s.cfg.Partitions, s.cfg.TopicConfigs); err != nil {
+		var err error
+		if n, err = s.createTopic(ctx, name, s.cfg.Partitions, s.cfg.TopicConfigs); err != nil {
 			return "", err
 		}
 	}
 	if s.cfg.ControlRecords {
-		n, err := s.partitionCount(ctx, name)
-		if err != nil {
-			return "", err
+		if n < 1 {
+			var err error
+			if n, err = s.partitionCount(ctx, name); err != nil {
+				return "", err
+			}
 		}
 		s.partitions[name] = n
 		s.watch.expect(name, n)
@@ -209,42 +214,64 @@ type topicKey struct {
 }
 
 // partitionCount returns the number of partitions of a topic, retrying
-// transient errors (a topic just created may not be known yet).
+// transient errors (a topic just created may not be known yet). It asks a
+// broker, never franz-go's metadata cache: the cache keeps the "unknown
+// topic" answer of the existence check before a CreateTopics for
+// MetadataMinAge (5 s), which every new table waited out in the retry loop
+// (TestKafkaNewTopicPartitionsWithoutStaleMetadata).
 func (s *Sink) partitionCount(ctx context.Context, name string) (int32, error) {
 	var n int32
 	err := tidemark.Retry(ctx, "describe topic "+name, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
-		td, err := s.adm.ListTopics(ctx, name)
+		req := kmsg.NewPtrMetadataRequest()
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(name)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, s.cl)
 		if err != nil {
 			return err
 		}
-		d, ok := td[name]
-		if !ok || d.Err != nil || len(d.Partitions) == 0 {
-			return fmt.Errorf("describe topic %s: %w", name, kerr.UnknownTopicOrPartition)
+		for _, t := range resp.Topics {
+			if t.Topic == nil || *t.Topic != name {
+				continue
+			}
+			if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+				return fmt.Errorf("describe topic %s: %w", name, err)
+			}
+			if len(t.Partitions) > 0 {
+				n = int32(len(t.Partitions))
+				return nil
+			}
 		}
-		n = int32(len(d.Partitions))
-		return nil
+		return fmt.Errorf("describe topic %s: %w", name, kerr.UnknownTopicOrPartition)
 	})
 	return n, err
 }
 
 // createTopic creates a topic unless it exists, retrying transient errors.
-// An existing topic is left as it is.
-func (s *Sink) createTopic(ctx context.Context, name string, partitions int32, configs map[string]string) error {
+// An existing topic is left as it is. It returns the topic's partition
+// count when the answer carried it (0: ask partitionCount).
+func (s *Sink) createTopic(ctx context.Context, name string, partitions int32, configs map[string]string) (int32, error) {
 	cfgs := make(map[string]*string, len(configs))
 	for k, v := range configs {
 		cfgs[k] = &v
 	}
-	return tidemark.Retry(ctx, "create topic "+name, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+	var n int32
+	err := tidemark.Retry(ctx, "create topic "+name, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
 		// Look first: creating needs a permission that using does not.
 		if td, err := s.adm.ListTopics(ctx, name); err == nil && td.Has(name) {
+			n = int32(len(td[name].Partitions))
 			return nil
 		}
-		_, err := s.adm.CreateTopic(ctx, partitions, s.cfg.ReplicationFactor, cfgs, name)
+		resp, err := s.adm.CreateTopic(ctx, partitions, s.cfg.ReplicationFactor, cfgs, name)
 		if errors.Is(err, kerr.TopicAlreadyExists) {
 			return nil
 		}
+		if err == nil && resp.NumPartitions > 0 {
+			n = resp.NumPartitions
+		}
 		return err
 	})
+	return n, err
 }
 
 // HasTopic reports whether the topic of a table of source exists in the
