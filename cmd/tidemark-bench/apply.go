@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"tidemark"
 	"tidemark/integration/harness"
+	"tidemark/sink/kafka"
 )
 
 // benchApply measures the scale-out topology (docs/SCALE-OUT.md) on the
@@ -145,16 +147,23 @@ func benchApply(ctx context.Context, o options) error {
 				"--blockprofile", fmt.Sprintf("%s.block.%d", o.tailerProfile, run),
 				"--mutexprofile", fmt.Sprintf("%s.mutex.%d", o.tailerProfile, run)}
 		}
-		t0 = time.Now()
-		tail, err := startDaemon(o.bin, tcfg, s.env, prof...)
+		reader, err := checkpointReader(ctx, brokers, prefix)
 		if err != nil {
 			return err
 		}
-		if err := waitKafkaCheckpoint(ctx, o.bin, tcfg, s.env, to); err != nil {
+		t0 = time.Now()
+		tail, err := startDaemon(o.bin, tcfg, s.env, prof...)
+		if err != nil {
+			reader.Close()
+			return err
+		}
+		err = waitKafkaCheckpoint(ctx, reader, tsrc, to)
+		tailTook := time.Since(t0)
+		reader.Close()
+		if err != nil {
 			tail.stop()
 			return err
 		}
-		tailTook := time.Since(t0)
 		if _, err := tail.stop(); err != nil {
 			return fmt.Errorf("tailer: %w", err)
 		}
@@ -259,22 +268,27 @@ log:`, strings.Join(brokers, ", "), prefix, group), 1)
 	os.WriteFile(cfg, []byte(y), 0o600)
 }
 
-// waitKafkaCheckpoint polls `tidemark checkpoint` (the tailer's, in Kafka)
-// until it reaches to.
-func waitKafkaCheckpoint(ctx context.Context, bin, cfg string, env harness.Env, to tidemark.Position) error {
+// checkpointReader opens a Kafka sink that only reads the tailer's
+// checkpoint (it never initializes the transactional id, so it does not
+// fence the tailer).
+func checkpointReader(ctx context.Context, brokers []string, prefix string) (*kafka.Sink, error) {
+	return kafka.Open(ctx, kafka.Config{Brokers: brokers, TopicPrefix: prefix, ExactlyOnce: true,
+		TransactionalID: "bench-reader-" + prefix, Logger: slog.New(slog.DiscardHandler)})
+}
+
+// waitKafkaCheckpoint polls the tailer's checkpoint in Kafka every 50 ms
+// (as harness.WaitCaughtUp polls D's in PostgreSQL) until it reaches to.
+// Until issue 25 it started `tidemark checkpoint` every 300 ms, which
+// timed a process start and a Kafka connection per poll too.
+func waitKafkaCheckpoint(ctx context.Context, r *kafka.Sink, source string, to tidemark.Position) error {
 	deadline := time.Now().Add(30 * time.Minute)
 	for time.Now().Before(deadline) {
-		cmd := exec.CommandContext(ctx, bin, "checkpoint", "--config", cfg)
-		cmd.Env = append(os.Environ(), "TM_BENCH_PW="+env.MySQLPassword, "TM_BENCH_DSN="+env.PGDSN)
-		out, err := cmd.Output()
-		if err == nil {
-			if pos, perr := tidemark.ParsePosition(strings.TrimSpace(string(out))); perr == nil {
-				if c, cerr := pos.Compare(to); cerr == nil && c >= 0 {
-					return nil
-				}
+		if pos, ok, err := r.Checkpoint(ctx, source); err == nil && ok {
+			if c, cerr := pos.Compare(to); cerr == nil && c >= 0 {
+				return nil
 			}
 		}
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 	return fmt.Errorf("the tailer did not reach %s", to)
 }
