@@ -222,29 +222,63 @@ type topicKey struct {
 func (s *Sink) partitionCount(ctx context.Context, name string) (int32, error) {
 	var n int32
 	err := tidemark.Retry(ctx, "describe topic "+name, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
-		req := kmsg.NewPtrMetadataRequest()
-		rt := kmsg.NewMetadataRequestTopic()
-		rt.Topic = kmsg.StringPtr(name)
-		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, s.cl)
-		if err != nil {
-			return err
-		}
-		for _, t := range resp.Topics {
-			if t.Topic == nil || *t.Topic != name {
-				continue
-			}
-			if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
-				return fmt.Errorf("describe topic %s: %w", name, err)
-			}
-			if len(t.Partitions) > 0 {
-				n = int32(len(t.Partitions))
-				return nil
-			}
-		}
-		return fmt.Errorf("describe topic %s: %w", name, kerr.UnknownTopicOrPartition)
+		var err error
+		n, _, err = s.describePartitions(ctx, name)
+		return err
 	})
 	return n, err
+}
+
+// describePartitions asks a broker for a topic's partition count and
+// whether every partition has a leader.
+func (s *Sink) describePartitions(ctx context.Context, name string) (n int32, led bool, err error) {
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(name)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, s.cl)
+	if err != nil {
+		return 0, false, err
+	}
+	for _, t := range resp.Topics {
+		if t.Topic == nil || *t.Topic != name {
+			continue
+		}
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+			return 0, false, fmt.Errorf("describe topic %s: %w", name, err)
+		}
+		if len(t.Partitions) == 0 {
+			break
+		}
+		led = true
+		for _, p := range t.Partitions {
+			if p.ErrorCode != 0 || p.Leader < 0 {
+				led = false
+			}
+		}
+		return int32(len(t.Partitions)), led, nil
+	}
+	return 0, false, fmt.Errorf("describe topic %s: %w", name, kerr.UnknownTopicOrPartition)
+}
+
+// awaitLeaders waits (at most leaderWait) until every partition of a topic
+// just created has a leader: the broker answers CreateTopics before, and
+// a first produce to a partition without one is refused and waits for a
+// metadata refresh and a retry backoff. Not waiting is not wrong, only
+// slower (the producer retries), so it gives up quietly.
+func (s *Sink) awaitLeaders(ctx context.Context, name string) {
+	ctx, cancel := context.WithTimeout(ctx, leaderWait)
+	defer cancel()
+	for {
+		if _, led, err := s.describePartitions(ctx, name); err == nil && led {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // createTopic creates a topic unless it exists, retrying transient errors.
@@ -266,8 +300,9 @@ func (s *Sink) createTopic(ctx context.Context, name string, partitions int32, c
 		if errors.Is(err, kerr.TopicAlreadyExists) {
 			return nil
 		}
-		if err == nil && resp.NumPartitions > 0 {
+		if err == nil {
 			n = resp.NumPartitions
+			s.awaitLeaders(ctx, name)
 		}
 		return err
 	})
