@@ -111,12 +111,12 @@ type Source interface {
 // Target is what status reads from the target.
 type Target interface {
 	Checkpoint(ctx context.Context, source string) (tidemark.Position, bool, error)
-	TableStatuses(ctx context.Context, source, controlSchema string, schemas []string) ([]tidemark.TableStatus, error)
+	TableStatuses(ctx context.Context, source string, schemas []string) ([]tidemark.TableStatus, error)
 	Now(ctx context.Context) (time.Time, error)
 }
 
 // Build reads the checkpoint, retention, clocks and tables.
-func Build(ctx context.Context, src Source, dst Target, source, controlSchema string, schemas []string) (*Report, error) {
+func Build(ctx context.Context, src Source, dst Target, source string, schemas []string) (*Report, error) {
 	rep := &Report{Source: source}
 	pos, ok, err := dst.Checkpoint(ctx, source)
 	if err != nil {
@@ -138,7 +138,7 @@ func Build(ctx context.Context, src Source, dst Target, source, controlSchema st
 			rep.ClockSkewSeconds = sn.Sub(tn).Seconds()
 		}
 	}
-	tables, err := dst.TableStatuses(ctx, source, controlSchema, schemas)
+	tables, err := dst.TableStatuses(ctx, source, schemas)
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,6 @@ import (
 
 	"tidemark"
 	"tidemark/binlog"
-	"tidemark/checkpoint"
 	"tidemark/dedupe"
 	"tidemark/fallback"
 	"tidemark/metrics"
@@ -584,15 +583,6 @@ func (c *Config) needPostgres(command string) error {
 		return fmt.Errorf("tidemark %s: needs target.postgres (this config publishes to Kafka only)", command)
 	}
 	return nil
-}
-
-// controlSchema is the schema of the control tables in the PostgreSQL
-// target (target.postgres.control_schema, default checkpoint.DefaultSchema).
-func (c *Config) controlSchema() string {
-	if s := c.Target.Postgres.ControlSchema; s != "" {
-		return s
-	}
-	return checkpoint.DefaultSchema
 }
 
 // DDLConfig is target.postgres.ddl: what the source's DROP TABLE and

@@ -12,6 +12,7 @@ import (
 
 	"tidemark"
 	"tidemark/binlog"
+	"tidemark/checkpoint"
 	"tidemark/dedupe"
 	"tidemark/fallback"
 	"tidemark/sink/kafka"
@@ -133,6 +134,11 @@ func codeDefaults(t *testing.T) map[string]any {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The control schema is the checkpoint store's (its one setting).
+	store, err := checkpoint.New(checkpoint.Config{Schema: cfg.Target.Postgres.ControlSchema})
+	if err != nil {
+		t.Fatal(err)
+	}
 	m := cfg.Metrics.withDefaults()
 	pc := cfg.PostgresSinkConfig()
 	kc := (&KafkaConfig{Brokers: []string{"127.0.0.1:9092"}}).SinkConfig("s", nil)
@@ -144,7 +150,7 @@ func codeDefaults(t *testing.T) map[string]any {
 		"target.kafka.create_topics":        kc.CreateTopics,
 		"target.kafka.control_records":      kc.ControlRecords,
 		"source.lag_budget":                 cfg.lagBudget(),
-		"target.postgres.control_schema":    cfg.controlSchema(),
+		"target.postgres.control_schema":    store.Schema(),
 		"target.postgres.schema":            cfg.Target.Postgres.Schema,
 		"source.start_position":             cfg.Source.StartPosition,
 		"dedupe.enabled":                    on,

@@ -62,7 +62,7 @@ func doctorChecks(ctx context.Context, cfg *Config, log *slog.Logger) ([]tidemar
 			if err != nil {
 				return nil, err
 			}
-			target = dr.Doctor(ctx, cfg.controlSchema())
+			target = dr.Doctor(ctx)
 			if target[0].Status == tidemark.CheckOK {
 				// No control table yet reads as an error: no checkpoint.
 				if pos, ok, err := state.sink.Checkpoint(ctx, cfg.Source.Name); err == nil && ok {
@@ -98,7 +98,7 @@ func printChecks(w io.Writer, checks []tidemark.Check) {
 }
 
 // targetDoctor checks a target's prerequisites (connection, privileges,
-// control tables in controlSchema).
+// control tables in the control schema).
 type targetDoctor interface {
-	Doctor(ctx context.Context, controlSchema string) []tidemark.Check
+	Doctor(ctx context.Context) []tidemark.Check
 }

@@ -100,12 +100,11 @@ func fullStatus(ctx context.Context, src status.Source, state stateTarget, cfg *
 	if err != nil {
 		return nil, err
 	}
-	controlSchema := cfg.controlSchema()
 	var schemas []string
 	if s := cfg.Target.Postgres.Schema; s != "" {
 		schemas = []string{s}
 	}
-	rep, err := status.Build(ctx, src, dst, cfg.Source.Name, controlSchema, schemas)
+	rep, err := status.Build(ctx, src, dst, cfg.Source.Name, schemas)
 	if err != nil {
 		return nil, err
 	}

@@ -538,12 +538,11 @@ func (s *Sink) AssertNoDuplicateKeys(ctx context.Context, t *tidemark.Table, sin
 // TableStatuses reads what the target knows about the tables of source:
 // every table in schemas (all non-system schemas when empty) that has
 // tidemark's metadata columns, with its catch-up watermark (from the
-// watermarks table in controlSchema) and the lag of its newest row. Finding
-// the newest row scans the table (there is no index on _tm_loaded_at).
-func (s *Sink) TableStatuses(ctx context.Context, source, controlSchema string, schemas []string) ([]tidemark.TableStatus, error) {
-	if err := tidemark.CheckIdentifier("control schema", controlSchema); err != nil {
-		return nil, fmt.Errorf("read table status: %w", err)
-	}
+// watermarks table in the control schema) and the lag of its newest row.
+// Finding the newest row scans the table (there is no index on
+// _tm_loaded_at).
+func (s *Sink) TableStatuses(ctx context.Context, source string, schemas []string) ([]tidemark.TableStatus, error) {
+	controlSchema := s.cfg.Checkpoints.Schema() // valid: checkpoint.New checked it
 	rows, err := s.pool.Query(ctx, `SELECT n.nspname, c.relname, c.reltuples::bigint
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r', 'p') AND n.nspname NOT LIKE 'pg\_%' AND n.nspname <> 'information_schema' AND n.nspname <> $1

@@ -168,7 +168,7 @@ func TestTableStatuses(t *testing.T) {
 		ins(tbl, v(1, 1), int64(1), "a", int64(1)),
 		ins(tbl, v(7, 1), int64(2), "b", int64(2)),
 	}})
-	sts, err := e.sink.TableStatuses(ctx, "s", "tidemark", []string{e.schema})
+	sts, err := e.sink.TableStatuses(ctx, "s", []string{e.schema})
 	if err != nil {
 		t.Fatal(err)
 	}

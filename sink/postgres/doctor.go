@@ -11,10 +11,11 @@ import (
 
 // Doctor checks what the sink needs of the target (for `tidemark
 // doctor`): a connection, and the right to create or use the control schema
-// and the target schema (or, without a target schema, new schemas named
+// (the checkpoint store's) and the target schema (or, without a target schema, new schemas named
 // after the source databases). It creates nothing: open the sink with
 // Config.SkipInit. It never fails: a connection error is a failed check.
-func (s *Sink) Doctor(ctx context.Context, controlSchema string) []tidemark.Check {
+func (s *Sink) Doctor(ctx context.Context) []tidemark.Check {
+	controlSchema := s.cfg.Checkpoints.Schema()
 	var version, user, db string
 	err := s.pool.QueryRow(ctx, "SELECT current_setting('server_version'), current_user, current_database()").Scan(&version, &user, &db)
 	if err != nil {
