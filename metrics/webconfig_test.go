@@ -78,7 +78,9 @@ func TestWebConfig(t *testing.T) {
 		if clientCert {
 			tc.Certificates = []tls.Certificate{pair}
 		}
-		cl := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
+		// bcrypt under -race on a loaded machine (make test runs packages
+		// in parallel) takes seconds per request.
+		cl := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
 		req, _ := http.NewRequest("GET", url, nil)
 		if user != "" {
 			req.SetBasicAuth(user, pass)
