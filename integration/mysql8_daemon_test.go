@@ -2,10 +2,9 @@ package integration
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
+	"tidemark"
 	"time"
 
 	"tidemark/integration/harness"
@@ -72,32 +71,10 @@ func TestMySQL8DaemonIntoPostgres(t *testing.T) {
 	// (SELECT through the primary), then streams.
 	history(a, true)
 
-	cfg := filepath.Join(t.TempDir(), "tidemark.yaml")
-	y := fmt.Sprintf(`source:
-  name: %s
-  flavor: mysql
-  addr: %s
-  user: %s
-  password: ${TM_IT_MYSQL_PASSWORD}
-  server_id: 7001
-  time_zone: UTC
-  include: ["%s.*"]
-  start_position: "file=binlog.000001;pos=4"
-  heartbeat: 1s
-target:
-  postgres:
-    dsn: ${TM_IT_PG_DSN}
-    schema: %s
-batch:
-  max_delay: 50ms
-log:
-  level: info
-metrics:
-  listen: "off"
-`, db, a.Addr(), f.env.MySQLUser, db, db)
-	if err := os.WriteFile(cfg, []byte(y), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dc := f.daemon(db, db, db, "UTC", tidemark.Position{}, "")
+	dc.Source.Flavor, dc.Source.Addr, dc.Source.ServerID = "mysql", a.Addr(), 7001
+	dc.Source.StartPosition = "file=binlog.000001;pos=4"
+	cfg := dc.Write(t)
 	want := map[int64]string{
 		1: `big|{"d": 12345678901234567890.12, "n": 18446744073709551615}`,
 		2: `two v2|null`,

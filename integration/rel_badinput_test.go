@@ -166,8 +166,14 @@ func TestCanaryNeverPrinted(t *testing.T) {
 	pwFile := write("pw", secret+"\n")
 
 	cfgWith := func(userName, dsnFile string) string {
-		y := fmt.Sprintf("source:\n  name: %s\n  addr: %s\n  user: %s\n  password_file: %s\n  server_id: %d\n  time_zone: UTC\n  include: [\"%s.*\"]\n  start_position: %q\n  heartbeat: 1s\ntarget:\n  postgres:\n    dsn_file: %s\n    schema: %s\nbatch:\n  max_delay: 50ms\nlog:\n  level: debug\nmetrics:\n  listen: \"off\"\n",
-			db, f.env.MySQLAddr, userName, pwFile, 7000+time.Now().UnixNano()%1000, db, start.String(), dsnFile, db)
+		dc := f.daemon(db, db, db, "UTC", start, "")
+		dc.Source.User, dc.Source.Password, dc.Source.PasswordFile = userName, "", pwFile
+		dc.Target.Postgres.DSN, dc.Target.Postgres.DSNFile = "", dsnFile
+		dc.Log.Level = "debug"
+		y, err := dc.YAML()
+		if err != nil {
+			t.Fatal(err)
+		}
 		return write(testenv.Name("cfg_")+".yaml", y)
 	}
 	var all strings.Builder

@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -38,26 +36,7 @@ func (e *e2e) holdExpire() {
 
 func (e *e2e) writeConfig() string {
 	e.t.Helper()
-	path := filepath.Join(e.t.TempDir(), "tidemark.yaml")
-	yaml := fmt.Sprintf(`source:
-  name: %s
-  addr: %s
-  user: %s
-  password: ${TM_STATUS_TEST_PW}
-  server_id: %d
-  time_zone: Asia/Kolkata
-  include: [%s.*]
-target:
-  postgres:
-    dsn: ${TM_STATUS_TEST_DSN}
-    schema: %s
-    control_schema: %s
-log:
-  level: error
-`, e.cfg.Source.Name, e.env.MySQLAddr, e.env.MySQLUser, e.cfg.Source.ServerID, e.db, e.db, e.control)
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-		e.t.Fatal(err)
-	}
+	path := e.daemon("${TM_STATUS_TEST_PW}", "${TM_STATUS_TEST_DSN}", e.db).Write(e.t)
 	e.t.Setenv("TM_STATUS_TEST_PW", e.env.MySQLPassword)
 	e.t.Setenv("TM_STATUS_TEST_DSN", e.env.PGDSN)
 	return path

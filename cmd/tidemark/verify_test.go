@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -49,6 +46,18 @@ func newE2E(t *testing.T) *e2e {
 	return e
 }
 
+// daemon is the config a user would write for the e2e (the password and
+// DSN as given, e.g. ${VAR}), target schema schema ("" = the default).
+func (e *e2e) daemon(password, dsn, schema string) testenv.Daemon {
+	return testenv.Daemon{
+		Source: testenv.Source{Name: e.cfg.Source.Name, Addr: e.env.MySQLAddr, User: e.env.MySQLUser, Password: password,
+			ServerID: e.cfg.Source.ServerID, TimeZone: "Asia/Kolkata", Include: []string{e.db + ".*"}},
+		Target: testenv.Target{Postgres: &testenv.Postgres{DSN: dsn, Schema: schema, ControlSchema: e.control}},
+		Log:    &testenv.Log{Level: "error"},
+		// Metrics stays "off": the commands under test serve none.
+	}
+}
+
 func (e *e2e) my1(sqls ...string) { e.t.Helper(); e.r.Source(sqls...) }
 
 func (e *e2e) pg1(sqls ...string) { e.t.Helper(); e.r.Target(sqls...) }
@@ -70,25 +79,7 @@ func TestCmdVerifyExitCodes(t *testing.T) {
 	e := newE2E(t)
 	e.my1("USE "+e.db, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))", "INSERT INTO t VALUES (1,'a'),(2,'b'),(3,'c')")
 	e.replicate()
-	cfgPath := filepath.Join(t.TempDir(), "tidemark.yaml")
-	yaml := fmt.Sprintf(`source:
-  name: %s
-  addr: %s
-  user: %s
-  password: ${TM_VERIFY_TEST_PW}
-  server_id: %d
-  time_zone: Asia/Kolkata
-  include: [%s.*]
-target:
-  postgres:
-    dsn: ${TM_VERIFY_TEST_DSN}
-    control_schema: %s
-log:
-  level: error
-`, e.cfg.Source.Name, e.env.MySQLAddr, e.env.MySQLUser, e.cfg.Source.ServerID, e.db, e.control)
-	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfgPath := e.daemon("${TM_VERIFY_TEST_PW}", "${TM_VERIFY_TEST_DSN}", "").Write(t)
 	t.Setenv("TM_VERIFY_TEST_PW", e.env.MySQLPassword)
 	t.Setenv("TM_VERIFY_TEST_DSN", e.env.PGDSN)
 	run := func(args ...string) (int, string, string) {
