@@ -160,6 +160,37 @@ func (c *codec) appendColumn(dst []byte, i int, v any) ([]byte, error) {
 // checkpoint of the batch (zero for a part of a split transaction); ts is
 // the publish time.
 func (c *codec) appendEnvelope(dst []byte, ch *tidemark.Change, batchPos tidemark.Position, ts time.Time) ([]byte, error) {
+	tail, err := envelopeTail(batchPos, ts)
+	if err != nil {
+		return dst, fmt.Errorf("encode change of %s: %w", c.table.ID, err)
+	}
+	return c.appendEnvelopeTail(dst, ch, tail)
+}
+
+// envelopeTail is the end of every envelope of a batch, from its position
+// on: `,"gtid":…,"file":…,"pos":…},"ts":…}`. encode builds it once per
+// batch.
+func envelopeTail(batchPos tidemark.Position, ts time.Time) ([]byte, error) {
+	dst := append([]byte(nil), `,"gtid":`...)
+	dst, err1 := appendStringOrNull(dst, batchPos.GTID)
+	dst = append(dst, `,"file":`...)
+	dst, err2 := appendStringOrNull(dst, batchPos.File)
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, fmt.Errorf("the position %s: %w", batchPos, err)
+	}
+	dst = append(dst, `,"pos":`...)
+	if batchPos.File == "" {
+		dst = append(dst, "null"...)
+	} else {
+		dst = strconv.AppendUint(dst, batchPos.Offset, 10)
+	}
+	dst = append(dst, `},"ts":`...)
+	dst = appendTimestamp(dst, ts)
+	return append(dst, '}'), nil
+}
+
+// appendEnvelopeTail is appendEnvelope with the batch's envelopeTail.
+func (c *codec) appendEnvelopeTail(dst []byte, ch *tidemark.Change, tail []byte) ([]byte, error) {
 	var err error
 	dst = append(dst, `{"op":"`...)
 	dst = append(dst, opCode(ch.Op)...)
@@ -195,22 +226,7 @@ func (c *codec) appendEnvelope(dst []byte, ch *tidemark.Change, batchPos tidemar
 	dst = strconv.AppendUint(dst, ch.Version.Seq, 10)
 	dst = append(dst, `,"index":`...)
 	dst = strconv.AppendUint(dst, uint64(ch.Version.Index), 10)
-	dst = append(dst, `,"gtid":`...)
-	dst, err1 := appendStringOrNull(dst, batchPos.GTID)
-	dst = append(dst, `,"file":`...)
-	dst, err2 := appendStringOrNull(dst, batchPos.File)
-	if err := errors.Join(err1, err2); err != nil {
-		return dst, fmt.Errorf("encode change of %s: the position %s: %w", c.table.ID, batchPos, err)
-	}
-	dst = append(dst, `,"pos":`...)
-	if batchPos.File == "" {
-		dst = append(dst, "null"...)
-	} else {
-		dst = strconv.AppendUint(dst, batchPos.Offset, 10)
-	}
-	dst = append(dst, `},"ts":`...)
-	dst = appendTimestamp(dst, ts)
-	return append(dst, '}'), nil
+	return append(dst, tail...), nil
 }
 
 // opCode returns the envelope's op: c, u, d or r.
@@ -330,9 +346,37 @@ func goType(k tidemark.Kind) string {
 // appendTimestamp appends t in UTC as RFC 3339 with exactly six fractional
 // digits (truncated) and "Z", quoted.
 func appendTimestamp(dst []byte, t time.Time) []byte {
-	dst = append(dst, '"')
-	dst = t.UTC().AppendFormat(dst, "2006-01-02T15:04:05.000000Z")
-	return append(dst, '"')
+	t = t.UTC()
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 {
+		dst = append(dst, '"')
+		dst = t.AppendFormat(dst, "2006-01-02T15:04:05.000000Z")
+		return append(dst, '"')
+	}
+	// By hand: time.AppendFormat was most of the encoding's time after
+	// the rows (issue 25's CPU profile of the tailer).
+	hour, min, sec := t.Clock()
+	us := t.Nanosecond() / 1000
+	var b [29]byte // "YYYY-MM-DDTHH:MM:SS.ffffffZ" quoted
+	b[0] = '"'
+	b[1], b[2], b[3], b[4] = byte('0'+year/1000), byte('0'+year/100%10), byte('0'+year/10%10), byte('0'+year%10)
+	b[5] = '-'
+	b[6], b[7] = byte('0'+int(month)/10), byte('0'+int(month)%10)
+	b[8] = '-'
+	b[9], b[10] = byte('0'+day/10), byte('0'+day%10)
+	b[11] = 'T'
+	b[12], b[13] = byte('0'+hour/10), byte('0'+hour%10)
+	b[14] = ':'
+	b[15], b[16] = byte('0'+min/10), byte('0'+min%10)
+	b[17] = ':'
+	b[18], b[19] = byte('0'+sec/10), byte('0'+sec%10)
+	b[20] = '.'
+	for i := 26; i >= 21; i-- {
+		b[i] = byte('0' + us%10)
+		us /= 10
+	}
+	b[27], b[28] = 'Z', '"'
+	return append(dst, b[:]...)
 }
 
 // appendDuration appends a TIME value as "[-]HH:MM:SS.ffffff", quoted.

@@ -324,3 +324,31 @@ func TestKeyOnlyDelete(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendTimestampMatchesFormat compares the hand-written timestamp
+// encoding with time.AppendFormat over the years DATETIME and TIMESTAMP
+// can hold, zones other than UTC, and the years outside 0–9999 that it
+// leaves to AppendFormat.
+func TestAppendTimestampMatchesFormat(t *testing.T) {
+	ist := time.FixedZone("IST", 5*3600+1800)
+	times := []time.Time{
+		time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(1, 2, 3, 4, 5, 6, 7000, time.UTC),
+		time.Date(1969, 12, 31, 23, 59, 59, 999999999, time.UTC),
+		time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(2026, 11, 29, 10, 0, 0, 123456789, ist),
+		time.Date(2038, 1, 19, 3, 14, 7, 999999000, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 0, time.FixedZone("W", -3600)), // year 10000 in UTC
+		time.Date(-1, 6, 1, 12, 0, 0, 0, time.UTC),
+	}
+	for i := 0; i < 2000; i++ {
+		times = append(times, time.Unix(int64(i)*15_485_863_123-300_000_000_000, int64(i)*7_919_003%1_000_000_000).In(ist))
+	}
+	for _, tm := range times {
+		want := `"` + tm.UTC().Format("2006-01-02T15:04:05.000000Z") + `"`
+		if got := string(appendTimestamp([]byte("x"), tm)); got != "x"+want {
+			t.Fatalf("appendTimestamp(%v) = %s, want x%s", tm, got, want)
+		}
+	}
+}

@@ -63,21 +63,22 @@ type Sink struct {
 	rlog     *tidemark.RateLimitedLogger
 	instance string // random, prefixes the batch ids of checkpoint records
 
-	mu           sync.Mutex
-	attempts     uint64
-	codecs       map[codecKey]*codec
-	topics       map[topicKey]string
-	topicOwner   map[string]topicKey
-	partitions   map[string]int32       // partition count of the change topics (ControlRecords)
-	watch        *partitionWatch        // the counts the partitioner must find (ControlRecords)
-	countsAt     time.Time              // when the live counts were last compared
-	stored       map[string]sourceState // per source: what is known to be committed
-	lastPID      int64                  // producer id of the last commit (hasLastPID): readCheckpoint waits for its marker
-	hasLastPID   bool
-	openWaitTest time.Duration // tests: readCheckpoint's wait for an open transaction
-	txnOpen      bool          // a transaction was begun and not ended
-	active       bool          // the transactional id is initialized (Activate)
-	fenced       error         // sticky: ErrFenced
+	mu             sync.Mutex
+	attempts       uint64
+	bytesPerChange int // of the last batch encoded: sizes the next one's buffer
+	codecs         map[codecKey]*codec
+	topics         map[topicKey]string
+	topicOwner     map[string]topicKey
+	partitions     map[string]int32       // partition count of the change topics (ControlRecords)
+	watch          *partitionWatch        // the counts the partitioner must find (ControlRecords)
+	countsAt       time.Time              // when the live counts were last compared
+	stored         map[string]sourceState // per source: what is known to be committed
+	lastPID        int64                  // producer id of the last commit (hasLastPID): readCheckpoint waits for its marker
+	hasLastPID     bool
+	openWaitTest   time.Duration // tests: readCheckpoint's wait for an open transaction
+	txnOpen        bool          // a transaction was begun and not ended
+	active         bool          // the transactional id is initialized (Activate)
+	fenced         error         // sticky: ErrFenced
 
 	// Test hooks (nil in production). hookBeforeCommit runs just before
 	// the commit (EndTxn, or the checkpoint record without ExactlyOnce)
