@@ -111,8 +111,9 @@ bench-peers: services
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgloader; }
 	$(WITH_ENV) && go run ./cmd/tidemark-bench -peers 1000000
 
-# The scale-out topology: 1, 2 and 3 appliers against `tidemark run` straight into PostgreSQL;
-# writes its section of docs/SCALE-OUT.md.
+# The scale-out topology: the Kafka tailer (K/D) and 1, 2 and 3 appliers against `tidemark run`
+# straight into PostgreSQL; writes its section of docs/SCALE-OUT.md. The tailer alone, profiled:
+# go run ./cmd/tidemark-bench -apply 100000 -appliers 0 -runs 1 -tailer-profile /tmp/p -out ''
 bench-apply: services
 	$(WITH_ENV) && go run ./cmd/tidemark-bench -apply 100000 -runs 3
 
