@@ -56,6 +56,13 @@ type PipelineConfig struct {
 	// new table is streamed from where the stream is, and resync requests
 	// wait.
 	Snapshot SnapshotFunc
+	// Chunks, if set with Snapshot and a sink that keeps table states,
+	// snapshots those tables beside the stream instead, one key-range
+	// chunk at a time between batches (pipeline_beside.go,
+	// docs/SNAPSHOTS.md): the other tables keep streaming meanwhile, and
+	// a restart resumes after the last chunk. Tables without a key are
+	// still snapshotted with Snapshot, inside the apply loop.
+	Chunks ChunkSnapshotter
 	// OnTableState, if set, is called whenever a table's state changes
 	// (quarantined, snapshotted, resynced), e.g. for metrics.
 	OnTableState func(TableState)
@@ -134,6 +141,7 @@ type Pipeline struct {
 	ddl    DDLSink       // nil: DDL events are not applied
 
 	tables tableSet // per-table states (pipeline_tables.go)
+	bg     besides  // snapshots beside the stream (pipeline_beside.go)
 
 	mu    sync.Mutex
 	total ApplyStats
@@ -150,6 +158,7 @@ func NewPipeline(cfg PipelineConfig, src Source, filter Filter, sink Sink) (*Pip
 		return nil, errors.New("pipeline config: source and sink are required")
 	}
 	p := &Pipeline{cfg: cfg, source: src, filter: filter, sink: sink}
+	p.bg.kick = make(chan struct{}, 1)
 	p.ddl, _ = sink.(DDLSink)
 	return p, nil
 }
@@ -250,7 +259,11 @@ func (p *Pipeline) Run(ctx context.Context, from Position) (err error) {
 		if pos, err = p.cfg.CatchUp(ctx); err != nil {
 			return fmt.Errorf("catch up %s after a purged position: %w", p.cfg.Source, err)
 		}
-		// The catch-up may have quarantined tables.
+		// The catch-up left the snapshotting tables out: their chunks
+		// that landed miss the gap. And it may have quarantined tables.
+		if err := p.restartBesides(ctx, "the binlog position was purged during the snapshot"); err != nil {
+			return err
+		}
 		if err := p.pendingSnapshots(ctx, nil); err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // handleDDL applies a chunk's schema changes. DROP TABLE, TRUNCATE and
@@ -27,6 +28,9 @@ func (p *Pipeline) handleDDL(ctx context.Context, ch *Chunk) (committed bool, er
 		}
 	} else if len(events) > 0 {
 		p.cfg.Logger.Debug("the sink does not apply DDL; ignoring", "source", p.cfg.Source, "events", len(events))
+	}
+	if err := p.besideDDL(ctx, events, backfills); err != nil {
+		return committed, err
 	}
 	for _, id := range backfills {
 		if st, _ := p.state(id); st.Mode == TableQuarantined {
@@ -68,8 +72,7 @@ func (p *Pipeline) handleDDL(ctx context.Context, ch *Chunk) (committed bool, er
 // an undecodable statement quarantines its table.
 func (p *Pipeline) sortDDL(ctx context.Context, ddl []DDLEvent) (events, creates []DDLEvent, backfills []TableID, err error) {
 	for _, ev := range ddl {
-		st, known := p.state(ev.Table)
-		if known && st.Skips(ev.Version) {
+		if _, skip := p.tables.skips(ev.Table, ev.Version); skip {
 			continue // quarantined, or older than the table's snapshot
 		}
 		switch ev.Op {
@@ -137,4 +140,29 @@ func (p *Pipeline) applyDDL(ctx context.Context, events []DDLEvent, cp Position)
 		}
 	}
 	return committed, nil
+}
+
+// besideDDL handles the schema changes of tables snapshotted beside the
+// stream, once they are applied: a DROP TABLE ends the table's snapshot;
+// any other (ALTER, TRUNCATE) restarts it from its first chunk, since the
+// chunks that landed may not hold what it changed (a backfill restarts it
+// through resnapshot).
+func (p *Pipeline) besideDDL(ctx context.Context, events []DDLEvent, backfills []TableID) error {
+	for _, ev := range events {
+		if p.bg.find(ev.Table) == nil || slices.Contains(backfills, ev.Table) {
+			continue
+		}
+		if ev.Op == DDLDropTable {
+			p.removeBeside(ev.Table)
+			p.cfg.Logger.Warn("table dropped while it was snapshotted beside the stream: its snapshot ends", "source", p.cfg.Source, "table", ev.Table.String())
+			continue
+		}
+		if st, _ := p.state(ev.Table); st.Mode == TableQuarantined {
+			continue
+		}
+		if err := p.queueBeside(ctx, ev.Table, "schema change during its snapshot ("+ev.Op.String()+")", nil, Version{}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

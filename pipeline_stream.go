@@ -110,6 +110,7 @@ func mergeWaiting(ch *Chunk, chunks <-chan Chunk) *Chunk {
 func (p *Pipeline) applyLoop(ctx context.Context, chunks <-chan Chunk) error {
 	a := &applier{p: p, ctx: ctx, batch: newBatcher(&p.cfg)}
 	defer func() { _ = a.wait() }() // owned: the background apply ends before the loop
+	defer a.stopBeside()            // owned: the chunk read too
 	defer a.batch.disarm()
 	var tick <-chan time.Time
 	if p.reg != nil {
@@ -118,7 +119,15 @@ func (p *Pipeline) applyLoop(ctx context.Context, chunks <-chan Chunk) error {
 		tick = t.C
 	}
 	for {
+		if err := a.driveBeside(); err != nil {
+			return err
+		}
 		select {
+		case <-p.bg.kick: // a snapshot beside the stream was queued
+		case r := <-a.besideRes: // nil (blocks) when no chunk is being read
+			if err := a.chunkLanded(r); err != nil {
+				return err
+			}
 		case err := <-a.inflight: // nil (blocks) when no batch is in flight
 			a.inflight = nil
 			if err != nil {
@@ -163,12 +172,19 @@ type applier struct {
 	ctx      context.Context // the loop's: cancelled when the pipeline stops
 	batch    *batcher
 	inflight chan error // the background apply's result; nil when none
+	// besideRes is the chunk read's result (pipeline_beside.go); nil
+	// when none is outstanding. besideStop cancels it.
+	besideRes  chan besideChunk
+	besideStop context.CancelFunc
 }
 
 // add handles one chunk. A chunk with DDL is a batch boundary: what came
 // before it applies with the old schema, what follows with the new one.
 // done reports that the loop ends (with err, or nil when stopping).
 func (a *applier) add(ch Chunk) (done bool, err error) {
+	// Keys of tables snapshotted beside the stream (before anything of
+	// the chunk can apply).
+	a.p.bg.record(ch.Changes)
 	if len(ch.DDL) > 0 {
 		if err := a.flush(); err != nil {
 			return true, err

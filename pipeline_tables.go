@@ -14,9 +14,36 @@ import (
 // skip. The zero value is empty and ready; it is safe for concurrent use
 // (a batch applying in the background reads it while the loop updates it).
 type tableSet struct {
-	mu      sync.Mutex
-	tables  map[TableID]TableState
-	skipped uint64
+	mu     sync.Mutex
+	tables map[TableID]TableState
+	// applying: tables snapshotted beside the stream whose changes are
+	// applied although they are not streaming (pipeline_beside.go).
+	applying map[TableID]bool
+	skipped  uint64
+}
+
+// setApplying marks a table's changes as applied (or not) while it is
+// snapshotted beside the stream.
+func (s *tableSet) setApplying(id TableID, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !on {
+		delete(s.applying, id)
+		return
+	}
+	if s.applying == nil {
+		s.applying = map[TableID]bool{}
+	}
+	s.applying[id] = true
+}
+
+// skips reports whether a change (or DDL event) of a known table at
+// version v is skipped; known is false for a table the set does not know.
+func (s *tableSet) skips(id TableID, v Version) (known, skip bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.tables[id]
+	return ok, ok && st.Skips(v) && !s.applying[id]
 }
 
 // get returns a table's state and whether the set knows the table.
@@ -46,6 +73,7 @@ func (s *tableSet) forget(id TableID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.tables, id)
+	delete(s.applying, id)
 }
 
 // reset forgets every table.
@@ -53,6 +81,7 @@ func (s *tableSet) reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	clear(s.tables)
+	clear(s.applying)
 }
 
 // list returns every state, sorted by table name.
@@ -82,7 +111,7 @@ func (s *tableSet) filter(b *Batch) {
 	defer s.mu.Unlock()
 	kept := b.Changes[:0]
 	for _, c := range b.Changes {
-		if st, ok := s.tables[c.Table.ID]; ok && st.Skips(c.Version) {
+		if st, ok := s.tables[c.Table.ID]; ok && st.Skips(c.Version) && !s.applying[c.Table.ID] {
 			s.skipped++
 			continue
 		}
@@ -161,6 +190,7 @@ func (p *Pipeline) remember(st TableState) {
 // quarantine stops applying a table's changes. The reason goes to the log
 // (once, at error level), the recorded state and OnTableState.
 func (p *Pipeline) quarantine(ctx context.Context, id TableID, cause error) error {
+	p.removeBeside(id)
 	st := TableState{Table: id, Mode: TableQuarantined, Reason: cause.Error()}
 	p.cfg.Logger.Error("table quarantined: its changes are skipped from now on; the other tables continue. Resync it with `tidemark resync --table "+id.String()+"` once the cause is fixed",
 		"source", p.cfg.Source, "table", id.String(), "reason", st.Reason)
@@ -173,6 +203,18 @@ func (p *Pipeline) resnapshot(ctx context.Context, id TableID, reason string) er
 	if p.cfg.Snapshot == nil || p.reg == nil {
 		// Nothing to snapshot with: stream the table from here.
 		return p.setState(ctx, TableState{Table: id, Mode: TableStreaming, Reason: reason})
+	}
+	if p.cfg.Chunks != nil {
+		ok, err := p.cfg.Chunks.Chunkable(ctx, id)
+		if err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			return p.quarantine(ctx, id, fmt.Errorf("snapshot failed: %w", err))
+		}
+		if ok {
+			return p.queueBeside(ctx, id, reason, nil, Version{})
+		}
 	}
 	p.cfg.Logger.Info("snapshotting table", "source", p.cfg.Source, "table", id.String(), "reason", reason)
 	start := time.Now()
@@ -214,6 +256,9 @@ func (p *Pipeline) pendingSnapshots(ctx context.Context, flush func() error) err
 	}
 	var todo []TableState
 	for _, st := range states {
+		if st.Mode == TableSnapshotting && p.bg.find(st.Table) != nil {
+			continue // being snapshotted beside the stream
+		}
 		if st.Mode == TableResyncRequested || st.Mode == TableSnapshotting {
 			todo = append(todo, st)
 			continue
@@ -235,6 +280,18 @@ func (p *Pipeline) pendingSnapshots(ctx context.Context, flush func() error) err
 		if st.Mode == TableResyncRequested {
 			reason = "resync requested"
 			p.cfg.Logger.Info("resync requested: re-snapshotting the table", "source", p.cfg.Source, "table", st.Table.String())
+		} else if st.Cursor != "" && p.cfg.Chunks != nil {
+			// A snapshot beside the stream: resume it after its last
+			// chunk.
+			p.remember(st)
+			cursor, err := DecodeCursor(st.Cursor)
+			if err == nil {
+				if err := p.queueBeside(ctx, st.Table, st.Reason, cursor, st.Floor); err != nil {
+					return err
+				}
+				continue
+			}
+			p.cfg.Logger.Warn("the recorded chunk cursor cannot be read: redoing the snapshot from its first chunk", "source", p.cfg.Source, "table", st.Table.String(), "err", err)
 		} else {
 			p.cfg.Logger.Info("finishing an interrupted snapshot", "source", p.cfg.Source, "table", st.Table.String(), "reason", st.Reason)
 		}

@@ -173,6 +173,11 @@ type TableState struct {
 	// an older version are already in the snapshot and are skipped. Zero
 	// means none.
 	Floor Version
+	// Cursor, while a snapshot beside the stream is in progress (mode
+	// snapshotting), is the chunk cursor after the last chunk applied
+	// (EncodeCursor), and Floor the version of the snapshot's first chunk:
+	// a restart resumes the snapshot after it. Empty otherwise.
+	Cursor string
 	// UpdatedAt is the target's clock when the state was recorded.
 	UpdatedAt time.Time
 }

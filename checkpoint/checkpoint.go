@@ -154,6 +154,7 @@ CREATE TABLE IF NOT EXISTS %s (
 	updated_at timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (source, database, table_name)
 );
+ALTER TABLE %s ADD COLUMN IF NOT EXISTS snapshot_cursor text NOT NULL DEFAULT '';
 CREATE TABLE IF NOT EXISTS %s (
 	consumer_group text,
 	topic          text,
@@ -181,7 +182,7 @@ CREATE TABLE IF NOT EXISTS %s (
 	epoch      integer NOT NULL,
 	identity   text NOT NULL,
 	updated_at timestamptz NOT NULL DEFAULT now()
-)`, DDLLockKey, qs, cp, wm, tb, so, so, vr, ep)
+)`, DDLLockKey, qs, cp, wm, tb, tb, so, so, vr, ep)
 	s.saveVerifySQL = `INSERT INTO ` + vr + ` (source, verdict, tables, differing, errors, summary, finished_at)
 VALUES ($1, $2, $3, $4, $5, $6, now())
 ON CONFLICT (source) DO UPDATE SET verdict = EXCLUDED.verdict, tables = EXCLUDED.tables, differing = EXCLUDED.differing,
@@ -218,13 +219,13 @@ ON CONFLICT (source, database, table_name) DO UPDATE SET
 	value = GREATEST(w.value, EXCLUDED.value), updated_at = now()`
 	// One row per source, so that it goes through Querier.QueryRow.
 	s.loadStatesSQL = `SELECT coalesce(json_agg(json_build_object('d', database, 't', table_name, 's', state, 'r', reason,
-	'fs', floor_seq::text, 'fi', floor_idx, 'u', updated_at) ORDER BY database, table_name), '[]')::text
+	'fs', floor_seq::text, 'fi', floor_idx, 'c', snapshot_cursor, 'u', updated_at) ORDER BY database, table_name), '[]')::text
 FROM ` + tb + ` WHERE source = $1`
-	s.saveStateSQL = `INSERT INTO ` + tb + ` AS t (source, database, table_name, state, reason, floor_seq, floor_idx, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, now())
+	s.saveStateSQL = `INSERT INTO ` + tb + ` AS t (source, database, table_name, state, reason, floor_seq, floor_idx, snapshot_cursor, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now())
 ON CONFLICT (source, database, table_name) DO UPDATE SET
 	state = EXCLUDED.state, reason = EXCLUDED.reason, floor_seq = EXCLUDED.floor_seq,
-	floor_idx = EXCLUDED.floor_idx, updated_at = now()`
+	floor_idx = EXCLUDED.floor_idx, snapshot_cursor = EXCLUDED.snapshot_cursor, updated_at = now()`
 	s.deleteStateSQL = `DELETE FROM ` + tb + ` WHERE source = $1 AND database = $2 AND table_name = $3`
 	s.deleteWMSQL = `DELETE FROM ` + wm + ` WHERE source = $1 AND database = $2 AND table_name = $3`
 	s.loadOffsetsSQL = `SELECT coalesce(json_agg(json_build_object('p', partition, 'n', next_offset::text, 's', table_schema, 'id', topic_id, 'e', leader_epoch, 'fs', floor_seq::text, 'fi', floor_idx)
@@ -391,6 +392,7 @@ func (s *Store) LoadTableStates(ctx context.Context, q Querier, source string) (
 		R       *string
 		FS      string
 		FI      uint32
+		C       string
 		U       time.Time
 	}
 	if err := json.Unmarshal([]byte(text), &rows); err != nil {
@@ -403,7 +405,7 @@ func (s *Store) LoadTableStates(ctx context.Context, q Querier, source string) (
 			return nil, fmt.Errorf("load table state of %s.%s (source %q) from %s: floor_seq %q: %w", r.D, r.T, source, s.tablesName, r.FS, err)
 		}
 		st := tidemark.TableState{Table: tidemark.TableID{Database: r.D, Name: r.T}, Mode: tidemark.TableMode(r.S),
-			Floor: tidemark.Version{Seq: seq, Index: r.FI}, UpdatedAt: r.U.UTC()}
+			Floor: tidemark.Version{Seq: seq, Index: r.FI}, Cursor: r.C, UpdatedAt: r.U.UTC()}
 		if r.R != nil {
 			st.Reason = *r.R
 		}
@@ -431,7 +433,7 @@ func (s *Store) SaveTableState(ctx context.Context, q Querier, source string, st
 		reason = st.Reason
 	}
 	if err := q.Exec(ctx, s.saveStateSQL, source, st.Table.Database, st.Table.Name, string(st.Mode), reason,
-		int64(st.Floor.Seq), int32(st.Floor.Index)); err != nil {
+		int64(st.Floor.Seq), int32(st.Floor.Index), st.Cursor); err != nil {
 		return fmt.Errorf("save state of %s (source %q) to %s: %w", st.Table, source, s.tablesName, err)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"tidemark"
 )
@@ -212,4 +213,71 @@ func (c *CatchUp) quarantineOn(ctx context.Context, err error, reg tidemark.Tabl
 	}
 	skip[te.Table] = true
 	return true, nil
+}
+
+// Chunks returns the pipeline's tidemark.ChunkSnapshotter (snapshots
+// beside the stream): chunks of ChunkRows rows in key order, read from src
+// after a capture and stamped with its version; at the end the target
+// table is created if the table had no rows, and the source's secondary
+// indexes (idx) are mirrored onto it. src and idx must be used by nothing
+// else (a reader of its own: its chunks are read while the pipeline uses
+// the catch-up's reader); the calls are serialized.
+func (c *CatchUp) Chunks(src tidemark.SnapshotSource, idx tidemark.IndexLister, reg Registry) tidemark.ChunkSnapshotter {
+	return &chunks{chunkRows: c.cfg.ChunkRows, src: src, idx: idx, reg: reg}
+}
+
+type chunks struct {
+	chunkRows int
+	src       tidemark.SnapshotSource
+	idx       tidemark.IndexLister
+	reg       Registry
+
+	mu sync.Mutex // one statement at a time on src
+}
+
+// Chunkable implements tidemark.ChunkSnapshotter.
+func (s *chunks) Chunkable(ctx context.Context, id tidemark.TableID) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	present, err := s.src.Tables(ctx)
+	if err != nil || !slices.Contains(present, id) {
+		return false, err
+	}
+	t, err := s.src.Table(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	return len(t.Key) > 0, nil
+}
+
+// Capture implements tidemark.ChunkSnapshotter.
+func (s *chunks) Capture(ctx context.Context) (tidemark.Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.src.Capture(ctx)
+}
+
+// ReadChunk implements tidemark.ChunkSnapshotter.
+func (s *chunks) ReadChunk(ctx context.Context, id tidemark.TableID, after []any, snap tidemark.Snapshot) ([]tidemark.Change, []any, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	res, err := s.src.Read(ctx, tidemark.ReadRequest{Table: id, After: after, Limit: s.chunkRows, Snapshot: snap})
+	if err != nil {
+		return nil, nil, err
+	}
+	return res.Changes, res.Next, nil
+}
+
+// FinishSnapshot implements tidemark.ChunkSnapshotter.
+func (s *chunks) FinishSnapshot(ctx context.Context, id tidemark.TableID) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, err := s.src.Table(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := s.reg.EnsureTable(ctx, t); err != nil {
+		return err
+	}
+	return mirrorIndexes(ctx, s.idx, s.reg, id)
 }

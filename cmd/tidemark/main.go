@@ -250,6 +250,9 @@ func loadStateCommand(name string, args []string, stderr io.Writer, extra func(*
 type daemon struct {
 	tailer *binlog.Tailer
 	reader *binlog.Reader
+	// chunkReader reads the snapshots beside the stream (nil when they
+	// run inside the apply loop).
+	chunkReader *binlog.Reader
 	// state is the target that keeps the source's state (table states,
 	// verify, status: PostgreSQL); its sink is nil with Kafka alone and
 	// in the scale-out tailer. target is what the pipeline applies to:
@@ -496,6 +499,16 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 		// which tables it has); with Kafka alone they are streamed from
 		// their first change.
 		pc2.Snapshot = catchUp.Snapshotter(reader, registry, nil)
+		if cfg.Target.Kafka == nil {
+			// PostgreSQL alone: beside the stream, a chunk at a time,
+			// on a reader of its own (with Kafka the snapshot stays
+			// inside the apply loop).
+			if d.chunkReader, err = binlog.NewReaderFor(tailer); err != nil {
+				target.Close()
+				return nil, err
+			}
+			pc2.Chunks = catchUp.Chunks(d.chunkReader, d.chunkReader, registry)
+		}
 	} else if tt, ok := target.(tailerTarget); ok && catchUp != nil {
 		// The scale-out tailer snapshots for resyncs and backfills, its
 		// rows between boundaries for the appliers (scaleout.go).
@@ -525,13 +538,16 @@ func wire(ctx context.Context, cfg *Config, log *slog.Logger, onApply func(*tide
 		return nil, err
 	}
 	start, _ := tidemark.ParsePosition(cfg.Source.StartPosition)
-	*d = daemon{tailer: tailer, reader: reader, state: state, target: target, targetName: targetName(cfg), registry: registry, pipeline: p, catchUp: catchUp, dedupe: window, start: start}
+	*d = daemon{tailer: tailer, reader: reader, chunkReader: d.chunkReader, state: state, target: target, targetName: targetName(cfg), registry: registry, pipeline: p, catchUp: catchUp, dedupe: window, start: start}
 	return d, nil
 }
 
 func (d *daemon) Close() {
 	d.tailer.Close()
 	d.reader.Close()
+	if d.chunkReader != nil {
+		d.chunkReader.Close()
+	}
 	d.target.Close() // closes the PostgreSQL sink too
 }
 

@@ -62,7 +62,30 @@ func StoredCheckpoint(ctx context.Context, pg *pgx.Conn, controlSchema, source s
 	return p, true, err
 }
 
-// WaitCaughtUp polls the stored checkpoint until it reaches target.
+// Snapshotting returns the tables of source whose snapshot is requested or
+// in progress (state resync or snapshotting), none when the control table
+// does not exist.
+func Snapshotting(ctx context.Context, pg *pgx.Conn, controlSchema, source string) ([]string, error) {
+	if controlSchema == "" {
+		controlSchema = "tidemark"
+	}
+	rows, err := pg.Query(ctx, "SELECT database || '.' || table_name FROM "+quotePG(controlSchema)+".tables WHERE source = $1 AND state IN ('resync', 'snapshotting') ORDER BY 1", source)
+	if err != nil {
+		if strings.Contains(err.Error(), "does not exist") {
+			return nil, nil
+		}
+		return nil, err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil && strings.Contains(err.Error(), "does not exist") {
+		return nil, nil
+	}
+	return names, err
+}
+
+// WaitCaughtUp polls the stored checkpoint until it reaches target and no
+// table of the source is being snapshotted (a snapshot beside the stream
+// goes on after the checkpoint has passed target).
 func WaitCaughtUp(ctx context.Context, pg *pgx.Conn, controlSchema, source string, target tidemark.Position, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -70,12 +93,21 @@ func WaitCaughtUp(ctx context.Context, pg *pgx.Conn, controlSchema, source strin
 		if err != nil {
 			return err
 		}
+		var snapping []string
 		if ok {
 			if c, err := (tidemark.Position{GTID: p.GTID}).Compare(target); err == nil && c >= 0 {
-				return nil
+				if snapping, err = Snapshotting(ctx, pg, controlSchema, source); err != nil {
+					return err
+				}
+				if len(snapping) == 0 {
+					return nil
+				}
 			}
 		}
 		if time.Now().After(deadline) {
+			if len(snapping) > 0 {
+				return fmt.Errorf("checkpoint of %s reached %v, but after %s these tables are still being snapshotted: %s", source, target, timeout, strings.Join(snapping, ", "))
+			}
 			return fmt.Errorf("checkpoint of %s is %v after %s, want ≥ %v", source, p, timeout, target)
 		}
 		select {

@@ -1,0 +1,253 @@
+package integration
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
+)
+
+// Snapshots beside the stream (issue 25 §1, docs/SNAPSHOTS.md): a resync
+// of one table is read in key-range chunks while the other tables of the
+// source keep streaming, the snapshotted table's own changes are applied
+// over the chunks (each chunk's rows lose to the changes of their keys the
+// stream applied after the chunk's capture), and the chunk cursor is kept
+// in the table's state, so a kill -9 resumes after the last chunk.
+
+// snapBigRows is the size of the snapshotted table; with snapChunkRows a
+// snapshot of it is hundreds of chunks (seconds), the stream's lag is
+// milliseconds.
+const (
+	snapBigRows   = 150000
+	snapChunkRows = 300
+)
+
+// snapFixture creates db with big (snapBigRows rows) and small, starts a
+// daemon on it and waits until it streams.
+func snapFixture(t *testing.T, f *fixture, prefix string) (db, cfg string, d *daemonProc) {
+	t.Helper()
+	db = testenv.Name(prefix)
+	f.dropLater(t, db, db)
+	f.forgetStates(t, db)
+	f.exec(t, "CREATE DATABASE "+db, "USE "+db,
+		"CREATE TABLE big (id INT AUTO_INCREMENT PRIMARY KEY, v INT NOT NULL, pad VARCHAR(60) NOT NULL)",
+		fmt.Sprintf("INSERT INTO big (id, v, pad) SELECT seq, seq, REPEAT('p', 50) FROM seq_1_to_%d", snapBigRows),
+		"CREATE TABLE small (id INT PRIMARY KEY, v INT NOT NULL)",
+		"INSERT INTO small VALUES (1, 1)")
+	cfg = f.relConfig(t, db, db, relOpts{Extra: fmt.Sprintf("fallback:\n  chunk_rows: %d\n", snapChunkRows)})
+	d = f.startDaemon(t, cfg)
+	f.waitCaughtUp(t, db, d)
+	return db, cfg, d
+}
+
+// snapLoad writes to big from its own connection until stop is called:
+// updates, deletes and key-changing updates over the whole key range (in
+// chunks already copied and chunks still to come) and inserts at its end.
+func snapLoad(t *testing.T, f *fixture, db string) (stop func()) {
+	t.Helper()
+	load, err := f.env.MySQL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var loadErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer load.Close()
+		rnd := rand.New(rand.NewPCG(25, 1))
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			id := 1 + rnd.IntN(snapBigRows)
+			var q string
+			switch i % 4 {
+			case 0:
+				q = fmt.Sprintf("DELETE FROM %s.big WHERE id = %d", db, id)
+			case 1:
+				q = fmt.Sprintf("UPDATE %s.big SET v = v + 1, pad = 'upd' WHERE id = %d", db, id)
+			case 2:
+				// The key moves, from anywhere to past every other key.
+				q = fmt.Sprintf("UPDATE IGNORE %s.big SET id = id + %d WHERE id = %d", db, 10*snapBigRows, id)
+			default:
+				q = fmt.Sprintf("INSERT INTO %s.big (v, pad) VALUES (%d, 'new')", db, i)
+			}
+			if _, err := load.Execute(q); err != nil {
+				loadErr = err
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+		if loadErr != nil {
+			t.Fatal(loadErr)
+		}
+	}
+}
+
+// requestResync asks the running daemon to resync db.table and returns at
+// once.
+func (f *fixture) requestResync(t *testing.T, config, table string) {
+	t.Helper()
+	cmd := exec.Command(binPath, "resync", "--config", config, "--table", table, "--wait", "0")
+	cmd.Env = append(cmd.Environ(), "TM_IT_MYSQL_PASSWORD="+f.env.MySQLPassword, "TM_IT_PG_DSN="+f.env.PGDSN)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("tidemark resync: %v\n%s", err, out)
+	}
+}
+
+// waitState waits for a table's recorded state.
+func (f *fixture) waitState(t *testing.T, d *daemonProc, source, db, table, mode string) {
+	t.Helper()
+	if !testenv.WaitFor(60*time.Second, func() bool {
+		m, _ := f.tableState(t, source, db, table)
+		return m == mode || d.exited()
+	}) || d.exited() {
+		m, r := f.tableState(t, source, db, table)
+		t.Fatalf("%s.%s is %q (%s), want %q:\n%s", db, table, m, r, mode, tail(d.stderr.String(), 20))
+	}
+}
+
+// startResync starts the write load on big and asks the daemon to resync
+// it; it returns once big is snapshotting, with the load's stop.
+func (f *fixture) startResync(t *testing.T, d *daemonProc, db, cfg string) (stopLoad func()) {
+	t.Helper()
+	stopLoad = snapLoad(t, f, db)
+	f.requestResync(t, cfg, db+".big")
+	f.waitState(t, d, db, db, "big", "snapshotting")
+	return stopLoad
+}
+
+// waitBigRows waits until big's target holds n rows while it is still
+// snapshotting.
+func (f *fixture) waitBigRows(t *testing.T, d *daemonProc, db string, n int) {
+	t.Helper()
+	var m string
+	if !testenv.WaitFor(120*time.Second, func() bool {
+		var have int
+		_ = f.pg.QueryRow(f.ctx, `SELECT count(*) FROM "`+db+`".big`).Scan(&have)
+		m, _ = f.tableState(t, db, db, "big")
+		return (have >= n && m == "snapshotting") || m == "streaming" || d.exited()
+	}) || m != "snapshotting" {
+		t.Fatalf("big (%q) did not get %d rows into its snapshot:\n%s", m, n, tail(d.stderr.String(), 20))
+	}
+}
+
+// endResync waits for big to stream, stops the load and the daemon once
+// caught up, and returns the daemon's log (an ERROR line fails the test).
+func (f *fixture) endResync(t *testing.T, d *daemonProc, db string, stopLoad func()) string {
+	t.Helper()
+	f.waitState(t, d, db, db, "big", "streaming")
+	stopLoad()
+	f.waitCaughtUp(t, db, d)
+	f.stopOK(t, d)
+	logs := d.stderr.String()
+	t.Log(grepLines(logs, "table snapshotted"))
+	if strings.Contains(logs, "level=ERROR") {
+		t.Errorf("an error was logged:\n%s", grepLines(logs, "level=ERROR"))
+	}
+	return logs
+}
+
+// TestSnapshotBesideStream: while big is resynced (hundreds of chunks,
+// under inserts, updates, deletes and key changes), a row written to small
+// after the snapshot started reaches the target before big's snapshot
+// ends; both tables then equal the source row by row. Before, the resync
+// ran inside the apply loop and small's row waited for the whole snapshot.
+func TestSnapshotBesideStream(t *testing.T) {
+	f := newFixture(t)
+	db, cfg, d := snapFixture(t, f, "it_snapbeside_")
+	defer cleanupDaemon(&d)
+	stopLoad := f.startResync(t, d, db, cfg)
+	f.exec(t, "INSERT INTO "+db+".small VALUES (2, 42)")
+	// The order matters: small's row first, then big's state, so that a
+	// row seen with big still snapshotting was applied during the
+	// snapshot (big turns streaming once and stays).
+	var seen bool
+	var state string
+	if !testenv.WaitFor(120*time.Second, func() bool {
+		var n int
+		_ = f.pg.QueryRow(f.ctx, `SELECT count(*) FROM "`+db+`".small WHERE id = 2`).Scan(&n)
+		state, _ = f.tableState(t, db, db, "big")
+		seen = n == 1
+		return seen || state != "snapshotting" || d.exited()
+	}) {
+		t.Fatalf("neither small's row nor the end of big's snapshot in 120 s:\n%s", tail(d.stderr.String(), 20))
+	}
+	if !seen || state != "snapshotting" {
+		t.Fatalf("small's row was not in the target while big was snapshotting (big is %q, row seen: %v): the stream waited for the snapshot\n%s",
+			state, seen, tail(d.stderr.String(), 10))
+	}
+	f.endResync(t, d, db, stopLoad)
+	f.compare(t, harness.TableSpec{Database: db, Table: "big", SourceZone: "UTC"})
+	f.compare(t, harness.TableSpec{Database: db, Table: "small", SourceZone: "UTC"})
+}
+
+// TestSnapshotResumesAfterKill9: a resync of big under a write load is
+// killed (SIGKILL) once a third of it is in the target; the next start
+// resumes it after the last chunk it recorded (it reads fewer rows than
+// the table holds, and says where it resumed), and big then equals the
+// source row by row. Before, the next start redid the whole snapshot.
+func TestSnapshotResumesAfterKill9(t *testing.T) {
+	f := newFixture(t)
+	db, cfg, d := snapFixture(t, f, "it_snapresume_")
+	stopLoad := f.startResync(t, d, db, cfg)
+	f.waitBigRows(t, d, db, snapBigRows/3)
+	d.kill()
+	first := d.stderr.String()
+	d = f.startDaemon(t, cfg)
+	defer cleanupDaemon(&d)
+	logs := f.endResync(t, d, db, stopLoad)
+	var total int
+	if err := f.pg.QueryRow(f.ctx, `SELECT count(*) FROM "`+db+`".big`).Scan(&total); err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`msg="table snapshotted[^\n]*rows_read=(\d+)`).FindStringSubmatch(logs)
+	if m == nil {
+		t.Fatalf("no 'table snapshotted … rows_read=' line after the restart (killed run:\n%s)\nrestarted run:\n%s", tail(first, 5), grepLines(logs, "snapshot"))
+	}
+	read, _ := strconv.Atoi(m[1])
+	if !strings.Contains(logs, "resuming an interrupted snapshot") || read >= total-snapBigRows/4 {
+		t.Fatalf("the restarted run read %d rows of %d and did not resume after the last chunk:\n%s", read, total, grepLines(logs, "snapshot"))
+	}
+	t.Logf("after the kill the snapshot resumed: %d rows read of %d", read, total)
+	f.compare(t, harness.TableSpec{Database: db, Table: "big", SourceZone: "UTC"})
+	f.compare(t, harness.TableSpec{Database: db, Table: "small", SourceZone: "UTC"})
+}
+
+// TestSnapshotRestartsOnSchemaChange: an ALTER TABLE of big while it is
+// snapshotted beside the stream (under the write load) restarts its
+// snapshot from the first chunk, with a WARN naming the table; big then
+// equals the source row by row, new column included. Before, the ALTER
+// waited in the stream for the end of the snapshot (no restart, nothing
+// logged).
+func TestSnapshotRestartsOnSchemaChange(t *testing.T) {
+	f := newFixture(t)
+	db, cfg, d := snapFixture(t, f, "it_snapddl_")
+	defer cleanupDaemon(&d)
+	stopLoad := f.startResync(t, d, db, cfg)
+	f.waitBigRows(t, d, db, snapBigRows/5)
+	f.exec(t, "ALTER TABLE "+db+".big ADD COLUMN note VARCHAR(10) NULL")
+	f.exec(t, "UPDATE "+db+".big SET note = 'after' WHERE id <= 100")
+	logs := f.endResync(t, d, db, stopLoad)
+	if l := grepLines(logs, "restarting the snapshot of a table from its first chunk"); !strings.Contains(l, "level=WARN") || !strings.Contains(l, db+".big") {
+		t.Fatalf("the ALTER during big's snapshot did not restart it loudly:\n%s", grepLines(logs, "snapshot"))
+	}
+	f.compare(t, harness.TableSpec{Database: db, Table: "big", SourceZone: "UTC"})
+	f.compare(t, harness.TableSpec{Database: db, Table: "small", SourceZone: "UTC"})
+}

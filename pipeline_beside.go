@@ -1,0 +1,420 @@
+package tidemark
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Snapshots beside the stream (docs/SNAPSHOTS.md). With
+// PipelineConfig.Chunks a table's snapshot (a table seen for the first
+// time, a resync, an ALTER backfill, a table renamed into the stream) no
+// longer runs inside the apply loop: the loop goes on applying every other
+// table's changes, and the table's own, while the table is read one
+// key-range chunk at a time in a goroutine of its own. Each chunk lands
+// between two batches.
+//
+// Why no change is lost or doubled (the DBLog watermark argument, with the
+// apply loop's order as the window):
+//
+//  1. When the job becomes active, the target table is dropped (nothing
+//     of the table is applying then: the loop waits for the batch in
+//     flight, and the table's changes were skipped until now), and from
+//     then on every change of the table the loop takes is applied
+//     (version-guarded) and its key recorded with its version.
+//  2. Chunk k is read after a capture at version v_k (one capture stamps
+//     the chunks read within besideRecapture after it): its rows reflect
+//     at least every transaction before v_k (they may reflect later
+//     ones). An older capture is as good: it only supersedes more rows.
+//  3. When the chunk lands, a row whose key has a recorded change newer
+//     than v_k is dropped: that change, a full row image or a delete, has
+//     been or will be applied and carries the key's state from then on. A
+//     kept row has no change newer than v_k taken before the chunk lands,
+//     so every newer change of its key is applied after it and wins by
+//     version; every older change loses to it by version (before or
+//     after it lands). Without the drop, a row deleted after the read
+//     could come back (the delete's tombstone may be pruned already).
+//  4. Rows the chunk does not carry were deleted before the read; the
+//     table was empty at step 1 and every change since is applied in
+//     order, so nothing stays that the source does not hold.
+//
+// Recorded keys older than the chunk that landed are forgotten (they drop
+// nothing of a later chunk, whose version is not older): the set holds
+// the keys the table's changes touched during one chunk's read.
+//
+// After each chunk the cursor is stored in the table's state (Cursor,
+// with Floor = the first chunk's version): a restart resumes the job after
+// the last chunk that landed, applying the table's changes from the
+// checkpoint on (step 1 without the drop: the rows already landed stay).
+// A schema change of the table restarts its snapshot from the first chunk
+// (logged); a DROP TABLE ends it; a purged binlog position (the catch-up
+// leaves snapshotting tables out) restarts it.
+
+// besideJob is one table's snapshot beside the stream. Its fields are
+// guarded by besides.mu.
+type besideJob struct {
+	id     TableID
+	reason string
+	gen    uint64 // bumped when the job restarts: an older read is dropped
+	// fresh: the target is dropped when the job becomes active (its
+	// table's changes are skipped until then); false once it was, or
+	// for a resumed job.
+	fresh  bool
+	cursor []any   // after the last chunk landed (nil: from the start)
+	floor  Version // the first chunk's version
+	// keys are the table's changes the loop took since it applies them:
+	// the newest version per key.
+	keys    map[Key]Version
+	rows    int64 // rows read by this process
+	dropped int64 // rows of chunks dropped for a newer change
+	chunks  int
+	resumed bool
+	started time.Time
+	noCur   bool // the cursor cannot be stored (logged once)
+	// snap is the capture the next chunk is stamped with, taken at
+	// snapAt (zero: none yet); see besideRecapture.
+	snap   Snapshot
+	snapAt time.Time
+}
+
+// besideRecapture is how long one capture stamps the chunks read after it.
+// Any capture before a read will do (the read sees everything before it);
+// a newer one supersedes fewer rows and lets the recorded keys be
+// forgotten sooner, at the cost of a capture (on MariaDB under writes, a
+// scan of the binlog file up to the position).
+const besideRecapture = time.Second
+
+// besides is a pipeline's queue of snapshots beside the stream; the first
+// job is the one being read. Safe for concurrent use.
+type besides struct {
+	mu   sync.Mutex
+	jobs []*besideJob
+	kick chan struct{} // wakes the apply loop (capacity 1)
+}
+
+func (b *besides) wake() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// find returns the job of a table, nil when none.
+func (b *besides) find(id TableID) *besideJob {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, j := range b.jobs {
+		if j.id == id {
+			return j
+		}
+	}
+	return nil
+}
+
+// first returns the job being read (or to read next), nil when none.
+func (b *besides) first() *besideJob {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.jobs) == 0 {
+		return nil
+	}
+	return b.jobs[0]
+}
+
+// record notes the keys of the changes of tables whose jobs apply their
+// changes (step 1).
+func (b *besides) record(changes []Change) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.jobs) == 0 {
+		return
+	}
+	for i := range changes {
+		c := &changes[i]
+		for _, j := range b.jobs {
+			if j.fresh || j.id != c.Table.ID {
+				continue
+			}
+			note(j.keys, c.Key(), c.Version)
+			if kb := c.KeyBefore(); kb != "" {
+				note(j.keys, kb, c.Version)
+			}
+		}
+	}
+}
+
+func note(keys map[Key]Version, k Key, v Version) {
+	if old, ok := keys[k]; !ok || v.Compare(old) > 0 {
+		keys[k] = v
+	}
+}
+
+// remove ends a table's job (if any) and reports whether there was one.
+func (p *Pipeline) removeBeside(id TableID) bool {
+	b := &p.bg
+	b.mu.Lock()
+	found := false
+	for i, j := range b.jobs {
+		if j.id == id {
+			b.jobs = append(b.jobs[:i], b.jobs[i+1:]...)
+			found = true
+			break
+		}
+	}
+	b.mu.Unlock()
+	p.tables.setApplying(id, false)
+	return found
+}
+
+// queueBeside records a table as snapshotting and queues its snapshot
+// beside the stream; cursor, when not nil, resumes an interrupted one
+// (floor: its first chunk's version). A table that has a job already
+// restarts it from the first chunk.
+func (p *Pipeline) queueBeside(ctx context.Context, id TableID, reason string, cursor []any, floor Version) error {
+	b := &p.bg
+	st := TableState{Table: id, Mode: TableSnapshotting, Reason: reason}
+	if cursor != nil {
+		enc, err := EncodeCursor(cursor)
+		if err != nil {
+			return err
+		}
+		st.Cursor, st.Floor = enc, floor
+	}
+	b.mu.Lock()
+	var j *besideJob
+	for _, have := range b.jobs {
+		if have.id == id {
+			j = have
+		}
+	}
+	restart := j != nil
+	if j == nil {
+		j = &besideJob{id: id}
+		b.jobs = append(b.jobs, j)
+	}
+	j.gen++
+	j.reason, j.cursor, j.floor, j.fresh = reason, cursor, floor, cursor == nil
+	j.rows, j.dropped, j.chunks, j.resumed, j.started = 0, 0, 0, cursor != nil, time.Now()
+	j.keys = map[Key]Version{}
+	j.snap, j.snapAt = Snapshot{}, time.Time{}
+	b.mu.Unlock()
+	p.tables.setApplying(id, cursor != nil)
+	if err := p.setState(ctx, st); err != nil {
+		return err
+	}
+	switch {
+	case restart:
+		p.cfg.Logger.Warn("restarting the snapshot of a table from its first chunk", "source", p.cfg.Source, "table", id.String(), "reason", reason)
+	case cursor != nil:
+		p.cfg.Logger.Info("resuming an interrupted snapshot after its last chunk, beside the stream", "source", p.cfg.Source, "table", id.String(),
+			"reason", reason, "floor", floor.String())
+	default:
+		p.cfg.Logger.Info("snapshotting table beside the stream", "source", p.cfg.Source, "table", id.String(), "reason", reason)
+	}
+	b.wake()
+	return nil
+}
+
+// restartBesides restarts every job from its first chunk (after a
+// catch-up that left their tables out).
+func (p *Pipeline) restartBesides(ctx context.Context, why string) error {
+	p.bg.mu.Lock()
+	var ids []TableID
+	for _, j := range p.bg.jobs {
+		ids = append(ids, j.id)
+	}
+	p.bg.mu.Unlock()
+	for _, id := range ids {
+		if err := p.queueBeside(ctx, id, why, nil, Version{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// besideChunk is the result of one chunk read.
+type besideChunk struct {
+	job    *besideJob
+	gen    uint64
+	rows   []Change
+	next   []any
+	snap   Snapshot // the rows' stamp
+	snapAt time.Time
+	err    error
+}
+
+// driveBeside starts reading the next chunk of the first job when no read
+// is outstanding. A fresh job first drops its target table and starts
+// applying its table's changes (step 1).
+func (a *applier) driveBeside() error {
+	p := a.p
+	if p.cfg.Chunks == nil || a.besideRes != nil || a.ctx.Err() != nil {
+		return nil
+	}
+	j := p.bg.first()
+	if j == nil {
+		return nil
+	}
+	p.bg.mu.Lock()
+	fresh := j.fresh
+	p.bg.mu.Unlock()
+	if fresh {
+		// Nothing of the table may be applying while its target is
+		// dropped.
+		if err := a.wait(); err != nil {
+			return err
+		}
+		if err := p.reg.ResetTable(a.ctx, p.cfg.Source, j.id); err != nil {
+			if a.ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("snapshot %s beside the stream: %w", j.id, err)
+		}
+		p.bg.mu.Lock()
+		j.fresh = false
+		j.keys = map[Key]Version{}
+		p.bg.mu.Unlock()
+		p.tables.setApplying(j.id, true)
+		// The changes in hand were taken before; they apply after
+		// the drop, so they count as taken now.
+		p.bg.record(a.batch.batch.Changes)
+	}
+	p.bg.mu.Lock()
+	r := besideChunk{job: j, gen: j.gen, snap: j.snap, snapAt: j.snapAt}
+	id, after := j.id, j.cursor
+	p.bg.mu.Unlock()
+	ctx, cancel := context.WithCancel(a.ctx)
+	res := make(chan besideChunk, 1)
+	a.besideRes, a.besideStop = res, cancel
+	go func() {
+		if r.snapAt.IsZero() || time.Since(r.snapAt) > besideRecapture {
+			r.snapAt = time.Now()
+			if r.snap, r.err = p.cfg.Chunks.Capture(ctx); r.err != nil {
+				res <- r
+				return
+			}
+		}
+		r.rows, r.next, r.err = p.cfg.Chunks.ReadChunk(ctx, id, after, r.snap)
+		res <- r
+	}()
+	return nil
+}
+
+// stopBeside cancels the outstanding chunk read and waits for it.
+func (a *applier) stopBeside() {
+	if a.besideRes != nil {
+		a.besideStop()
+		<-a.besideRes
+		a.besideRes = nil
+	}
+}
+
+// chunkLanded applies a chunk that was read (step 3), then records the
+// cursor, or finishes the job after the last chunk.
+func (a *applier) chunkLanded(r besideChunk) error {
+	p := a.p
+	a.besideRes = nil
+	a.besideStop()
+	b := &p.bg
+	b.mu.Lock()
+	current := len(b.jobs) > 0 && b.jobs[0] == r.job && r.job.gen == r.gen
+	b.mu.Unlock()
+	if !current {
+		return nil // the job restarted or ended meanwhile
+	}
+	j := r.job
+	if r.err != nil {
+		if a.ctx.Err() != nil {
+			return nil
+		}
+		p.removeBeside(j.id)
+		return p.quarantine(a.ctx, j.id, fmt.Errorf("snapshot failed: %w", r.err))
+	}
+	b.mu.Lock()
+	kept := r.rows[:0]
+	for _, row := range r.rows {
+		if v, ok := j.keys[row.Key()]; ok && v.Compare(r.snap.Version) > 0 {
+			j.dropped++
+			continue
+		}
+		kept = append(kept, row)
+	}
+	b.mu.Unlock()
+	if err := a.wait(); err != nil {
+		return err
+	}
+	if len(kept) > 0 {
+		if _, err := p.sink.Apply(a.ctx, &Batch{Source: p.cfg.Source, Changes: kept}); err != nil {
+			if a.ctx.Err() != nil {
+				return nil // read again at the next start
+			}
+			var te *TableError
+			if errors.As(err, &te) && te.Table == j.id {
+				p.removeBeside(j.id)
+				return p.quarantine(a.ctx, j.id, te.Err)
+			}
+			return fmt.Errorf("apply snapshot chunk of %s: %w", j.id, err)
+		}
+	}
+	b.mu.Lock()
+	for k, v := range j.keys {
+		if v.Compare(r.snap.Version) <= 0 {
+			delete(j.keys, k)
+		}
+	}
+	if j.chunks == 0 && !j.resumed {
+		j.floor = r.snap.Version
+	}
+	j.snap, j.snapAt = r.snap, r.snapAt
+	j.chunks++
+	j.rows += int64(len(r.rows))
+	j.cursor = r.next
+	st := TableState{Table: j.id, Mode: TableSnapshotting, Reason: j.reason, Floor: j.floor}
+	b.mu.Unlock()
+	if r.next == nil {
+		return a.finishBeside(j)
+	}
+	enc, err := EncodeCursor(r.next)
+	if err != nil {
+		if !j.noCur {
+			j.noCur = true
+			p.cfg.Logger.Warn("the snapshot's chunk cursor cannot be stored: a restart redoes this snapshot from its first chunk", "source", p.cfg.Source, "table", j.id.String(), "err", err)
+		}
+		st.Floor = Version{}
+	}
+	st.Cursor = enc
+	if err := p.setState(a.ctx, st); err != nil && a.ctx.Err() == nil {
+		return err
+	}
+	return nil
+}
+
+// finishBeside ends a job whose last chunk landed: the table streams from
+// its first chunk's version on.
+func (a *applier) finishBeside(j *besideJob) error {
+	p := a.p
+	if err := p.cfg.Chunks.FinishSnapshot(a.ctx, j.id); err != nil {
+		if a.ctx.Err() != nil {
+			return nil
+		}
+		p.removeBeside(j.id)
+		return p.quarantine(a.ctx, j.id, fmt.Errorf("snapshot failed: %w", err))
+	}
+	p.bg.mu.Lock()
+	st := TableState{Table: j.id, Mode: TableStreaming, Reason: j.reason, Floor: j.floor}
+	rows, dropped, chunks, resumed, took := j.rows, j.dropped, j.chunks, j.resumed, time.Since(j.started)
+	p.bg.mu.Unlock()
+	if err := p.setState(a.ctx, st); err != nil {
+		if a.ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	p.removeBeside(j.id)
+	p.cfg.Logger.Info("table snapshotted; streaming it from the snapshot on", "source", p.cfg.Source, "table", j.id.String(),
+		"version", st.Floor.String(), "rows_read", rows, "rows_superseded", dropped, "chunks", chunks, "resumed", resumed,
+		"took", took.Round(time.Millisecond))
+	return nil
+}
