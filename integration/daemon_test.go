@@ -84,16 +84,7 @@ func TestHostTimeZoneDoesNotLeak(t *testing.T) {
 // restarts it, and checks the second run applied only the new changes.
 func TestRestartResumesWithoutDuplicates(t *testing.T) {
 	f := newFixture(t)
-	db := testenv.Name("it_restart_")
-	f.dropLater(t, db, db)
-	start, err := harness.SourcePosition(f.my)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &harness.Workload{My: f.my, Database: db, Zone: "Asia/Kolkata", Rand: rand.New(rand.NewPCG(11, 12)), BigTxRows: 50}
-	if err := w.Setup(); err != nil {
-		t.Fatal(err)
-	}
+	db, start, w := f.newWorkload(t, "it_restart_", harness.Workload{Zone: "Asia/Kolkata", Rand: rand.New(rand.NewPCG(11, 12)), BigTxRows: 50})
 	if err := w.Run(100); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"tidemark/integration/harness"
-	"tidemark/internal/testenv"
 )
 
 // TestEpochFloorSurvivesCheckpointReset is review finding 10: the version
@@ -21,16 +20,7 @@ import (
 // below it.
 func TestEpochFloorSurvivesCheckpointReset(t *testing.T) {
 	f := newFixture(t)
-	db := testenv.Name("it_efloor_")
-	f.dropLater(t, db, db)
-	start, err := harness.SourcePosition(f.my)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &harness.Workload{My: f.my, Database: db, Zone: "UTC", Rand: rand.New(rand.NewPCG(10, 1)), BigTxRows: 20}
-	if err := w.Setup(); err != nil {
-		t.Fatal(err)
-	}
+	db, start, w := f.newWorkload(t, "it_efloor_", harness.Workload{Zone: "UTC", Rand: rand.New(rand.NewPCG(10, 1)), BigTxRows: 20})
 	if err := w.Run(40); err != nil {
 		t.Fatal(err)
 	}
@@ -102,16 +92,7 @@ func TestEpochFloorSurvivesCheckpointReset(t *testing.T) {
 // server's: resumed by GTID in the next epoch (rule 4).
 func TestLegacyCheckpointOfAnotherServer(t *testing.T) {
 	f := newFixture(t)
-	db := testenv.Name("it_legacy_")
-	f.dropLater(t, db, db)
-	start, err := harness.SourcePosition(f.my)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &harness.Workload{My: f.my, Database: db, Zone: "UTC", Rand: rand.New(rand.NewPCG(11, 1)), BigTxRows: 20}
-	if err := w.Setup(); err != nil {
-		t.Fatal(err)
-	}
+	db, start, w := f.newWorkload(t, "it_legacy_", harness.Workload{Zone: "UTC", Rand: rand.New(rand.NewPCG(11, 1)), BigTxRows: 20})
 	if err := w.Run(40); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"tidemark/integration/harness"
-	"tidemark/internal/testenv"
 )
 
 // setSourceOption rewrites a config file written by configYAML with an
@@ -44,16 +43,7 @@ func setSourceOption(t *testing.T, path, key, value string) {
 // same.
 func TestVersionSchemeSwitch(t *testing.T) {
 	f := newFixture(t)
-	db := testenv.Name("it_scheme_")
-	f.dropLater(t, db, db)
-	start, err := harness.SourcePosition(f.my)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &harness.Workload{My: f.my, Database: db, Zone: "UTC", Rand: rand.New(rand.NewPCG(13, 1)), BigTxRows: 20}
-	if err := w.Setup(); err != nil {
-		t.Fatal(err)
-	}
+	db, start, w := f.newWorkload(t, "it_scheme_", harness.Workload{Zone: "UTC", Rand: rand.New(rand.NewPCG(13, 1)), BigTxRows: 20})
 	if err := w.Run(60); err != nil {
 		t.Fatal(err)
 	}

@@ -115,6 +115,34 @@ func newFixtureWith(t *testing.T, env harness.Env) *fixture {
 	return &fixture{env: env, my: my, pg: pg, ctx: ctx}
 }
 
+// newSource is the start most end-to-end tests share: a fresh source
+// database name, prefix and random hex digits (not created here; dropped
+// at cleanup with the target schema of its name and the checkpoint of the
+// source of its name, see dropLater), and the source's position before the
+// test writes.
+func (f *fixture) newSource(t *testing.T, prefix string) (db string, start tidemark.Position) {
+	t.Helper()
+	db = testenv.Name(prefix)
+	f.dropLater(t, db, db)
+	start, err := harness.SourcePosition(f.my)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, start
+}
+
+// newWorkload is newSource with w's tables set up in the database (w.My
+// and w.Database are set here).
+func (f *fixture) newWorkload(t *testing.T, prefix string, w harness.Workload) (db string, start tidemark.Position, _ *harness.Workload) {
+	t.Helper()
+	db, start = f.newSource(t, prefix)
+	w.My, w.Database = f.my, db
+	if err := w.Setup(); err != nil {
+		t.Fatal(err)
+	}
+	return db, start, &w
+}
+
 // dropLater removes a test's source database, target schema and checkpoint.
 func (f *fixture) dropLater(t *testing.T, db string, sources ...string) {
 	t.Cleanup(func() {

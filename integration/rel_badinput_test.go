@@ -136,12 +136,7 @@ func TestCanaryNeverPrinted(t *testing.T) {
 	}
 	t.Cleanup(func() { _, _ = f.pg.Exec(f.ctx, "DROP ROLE IF EXISTS "+pgRole) })
 
-	db := testenv.Name("it_canary_")
-	f.dropLater(t, db, db)
-	start, err := harness.SourcePosition(f.my)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, start := f.newSource(t, "it_canary_")
 	w := newWorkload(t, f, db, "UTC", 50)
 	if err := w.Run(30); err != nil {
 		t.Fatal(err)
@@ -297,12 +292,7 @@ func quarantinedOrExited(t *testing.T, d *daemonProc, table string) string {
 // streaming).
 func TestTableWithoutKey(t *testing.T) {
 	f := newFixture(t)
-	db := testenv.Name("it_nokey_")
-	f.dropLater(t, db, db)
-	start, err := harness.SourcePosition(f.my)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, start := f.newSource(t, "it_nokey_")
 	w := newWorkload(t, f, db, "UTC", 50)
 	if err := w.Run(50); err != nil {
 		t.Fatal(err)
@@ -585,12 +575,7 @@ func TestTemporalEdges(t *testing.T) {
 // upsert of the newest version, and the stats add up.
 func TestHotKeyTenThousandUpdatesOneFlush(t *testing.T) {
 	f := newFixture(t)
-	db := testenv.Name("it_hot_")
-	f.dropLater(t, db, db)
-	start, err := harness.SourcePosition(f.my)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, start := f.newSource(t, "it_hot_")
 	if err := harness.Exec(f.my, "CREATE DATABASE "+db, "USE "+db, "CREATE TABLE hot (id INT PRIMARY KEY, n BIGINT NOT NULL, note VARCHAR(32))",
 		"INSERT INTO hot VALUES (1, 0, 'start'), (2, 0, 'cold')"); err != nil {
 		t.Fatal(err)

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"tidemark/integration/harness"
-	"tidemark/internal/testenv"
 )
 
 // rssLimitMiB bounds the daemon's peak resident set in the memory
@@ -101,12 +100,7 @@ func TestF10LargeTransactionAndBlobLong(t *testing.T) {
 
 func runLarge(t *testing.T, rows int) {
 	f := newFixture(t)
-	db := testenv.Name("it_f10_")
-	f.dropLater(t, db, db)
-	start, err := harness.SourcePosition(f.my)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, start := f.newSource(t, "it_f10_")
 	if err := harness.Exec(f.my, "CREATE DATABASE "+db, "USE "+db,
 		"CREATE TABLE big (id BIGINT NOT NULL PRIMARY KEY, grp INT NOT NULL, name VARCHAR(64) NOT NULL, amount DECIMAL(12,2) NOT NULL, at DATETIME(6) NOT NULL)",
 		"CREATE TABLE blobs (id INT NOT NULL PRIMARY KEY, data LONGBLOB NOT NULL, note VARCHAR(32))"); err != nil {
@@ -191,12 +185,7 @@ func runLarge(t *testing.T, rows int) {
 // bounded; once the lock is released the lag recovers. I1–I5 hold.
 func TestF12TargetTableLocked(t *testing.T) {
 	f := newFixture(t)
-	db := testenv.Name("it_f12_")
-	f.dropLater(t, db, db)
-	start, err := harness.SourcePosition(f.my)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, start := f.newSource(t, "it_f12_")
 	w := newWorkload(t, f, db, "Asia/Kolkata", 1000)
 	led := newLedger(t, f, db)
 	cfg := f.relConfig(t, db, db, relOpts{Zone: "Asia/Kolkata", Start: start})

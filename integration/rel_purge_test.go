@@ -118,12 +118,7 @@ func (f *fixture) targetDigest(t *testing.T, source, db string) string {
 // change. Turning the fallback on then converges: nothing was skipped.
 func TestF5PurgedWhileDownNoFallbackStops(t *testing.T) {
 	f := newFixture(t)
-	db := testenv.Name("it_f5off_")
-	f.dropLater(t, db, db)
-	start, err := harness.SourcePosition(f.my)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, start := f.newSource(t, "it_f5off_")
 	w := newWorkload(t, f, db, "UTC", 100)
 	if err := w.Run(50); err != nil {
 		t.Fatal(err)
@@ -180,12 +175,7 @@ func TestF5PurgedWhileDownNoFallbackStops(t *testing.T) {
 // with an error saying so, nothing changed.
 func TestI6PositionAheadStops(t *testing.T) {
 	f := newFixture(t)
-	db := testenv.Name("it_ahead_")
-	f.dropLater(t, db, db)
-	start, err := harness.SourcePosition(f.my)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, start := f.newSource(t, "it_ahead_")
 	w := newWorkload(t, f, db, "UTC", 10)
 	if err := w.Run(20); err != nil {
 		t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"tidemark/integration/harness"
-	"tidemark/internal/testenv"
 )
 
 // TestHardDeleteReplayNoResurrection: the daemon replays from an older
@@ -20,12 +19,7 @@ import (
 // reached its delete again.
 func TestHardDeleteReplayNoResurrection(t *testing.T) {
 	f := newFixture(t)
-	db := testenv.Name("it_replay_")
-	f.dropLater(t, db, db)
-	start, err := harness.SourcePosition(f.my)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, start := f.newSource(t, "it_replay_")
 	if err := harness.Exec(f.my, "CREATE DATABASE "+db, "USE "+db, "CREATE TABLE t (id INT PRIMARY KEY, v INT)",
 		"INSERT INTO t VALUES (0, 0)"); err != nil {
 		t.Fatal(err)
