@@ -23,9 +23,7 @@ var ciSeeds = []uint64{119, 139, 233, 135, 247, 38, 6, 273, 274, 294, 279, 219, 
 // knownFailing maps seeds that fail on main to their finding (issue 22's
 // numbers where it is one of them). They are replayed by
 // `make nemesis SEED=…`, and move to ciSeeds when the fix lands.
-var knownFailing = map[uint64]string{
-	105: "scale-out: after a first-run snapshot, ADD COLUMN … NOT NULL DEFAULT (a backfill) and a MariaDB restart, every applier stops: the row was written with table schema X, but the schema last announced on the partition is Y (issue 22, finding 3's family)",
-}
+var knownFailing = map[uint64]string{}
 
 var binPath string
 

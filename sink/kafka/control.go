@@ -404,11 +404,7 @@ func (s *Sink) PublishDDL(ctx context.Context, source string, events []tidemark.
 		if rec.Control != string(controlDrop) {
 			continue
 		}
-		for k, c := range s.codecs {
-			if k.source == source && k.id == (tidemark.TableID{Database: rec.Database, Name: rec.Table}) {
-				c.announced = false
-			}
-		}
+		delete(s.shown, tableKey{source, tidemark.TableID{Database: rec.Database, Name: rec.Table}})
 	}
 	return nil
 }

@@ -148,3 +148,47 @@ func mustCodec(t *testing.T, tbl *tidemark.Table) *codec {
 	}
 	return c
 }
+
+// TestSchemaAnnouncedAgainAfterAnotherLayout: rows of layout A after rows
+// of layout B of the same table are preceded by A's schema record again,
+// with the version A was first announced with (an applier writes a row
+// only with the schema last announced on its partition, and never evolves
+// a target table to an older layout).
+func TestSchemaAnnouncedAgainAfterAnotherLayout(t *testing.T) {
+	c := newCluster(t)
+	cfg := testConfig(t, c, true)
+	cfg.ControlRecords = true
+	s := openSink(t, cfg)
+	a := itemsTable("db")
+	b := itemsTable("db")
+	b.Columns = append(b.Columns, tidemark.Column{Name: "extra", Kind: tidemark.KindText, Nullable: true})
+	batch := func(tb *tidemark.Table, seq uint64, row []any) *tidemark.Batch {
+		return &tidemark.Batch{Source: "src", Checkpoint: gtid(seq), Changes: []tidemark.Change{
+			{Op: tidemark.OpInsert, Table: tb, Version: tidemark.Version{Seq: seq, Index: 1}, After: row}}}
+	}
+	apply(t, s, batch(a, 1, []any{"k1", int64(1)}))
+	apply(t, s, batch(b, 2, []any{"k1", int64(2), "x"}))
+	apply(t, s, batch(a, 3, []any{"k1", int64(3)}))
+	shown := map[int32]string{} // per partition: the fingerprint last announced
+	var since []uint64
+	for _, r := range consume(t, c, cfg.TopicPrefix+".db.items") {
+		shape, _ := header(r, "table_schema")
+		if ctl, _ := header(r, "tm_control"); ctl == "schema" {
+			shown[r.Partition] = shape
+			as, err := parseSchema(r.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Partition == 0 {
+				since = append(since, as.table.Since.Seq)
+			}
+			continue
+		}
+		if shown[r.Partition] != shape {
+			t.Fatalf("partition %d offset %d: a row of schema %s after schema %s was announced", r.Partition, r.Offset, shape, shown[r.Partition])
+		}
+	}
+	if !reflect.DeepEqual(since, []uint64{1, 2, 1}) {
+		t.Fatalf("schema records announced before versions %v, want [1 2 1]", since)
+	}
+}

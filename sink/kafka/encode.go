@@ -16,9 +16,9 @@ import (
 type encodedBatch struct {
 	buf  []byte
 	recs []recSpec
-	// announce are the codecs whose schema control records the batch
-	// carries: announced once it is published.
-	announce []*codec
+	// shown is, per table, the codec whose schema the batch's records
+	// leave last on the table's partitions (Sink.shown once published).
+	shown map[tableKey]*codec
 }
 
 type recSpec struct {
@@ -116,6 +116,7 @@ func (s *Sink) encode(ctx context.Context, b *tidemark.Batch) (*encodedBatch, ti
 		return nil, stats, fmt.Errorf("encode batch of %s: %w", b.Source, err)
 	}
 	codecs := map[*tidemark.Table]*codec{} // each table's fingerprint is computed once per batch
+	var prev *codec                        // the previous change's
 	for i := range b.Changes {
 		ch := &b.Changes[i]
 		if ch.Table == nil {
@@ -128,20 +129,41 @@ func (s *Sink) encode(ctx context.Context, b *tidemark.Batch) (*encodedBatch, ti
 				return nil, stats, err
 			}
 			codecs[ch.Table] = c
-			if s.cfg.ControlRecords && !c.announced {
-				// The schema on every partition, before any row
-				// written with it.
+		}
+		if s.cfg.ControlRecords && c != prev {
+			// The schema on every partition before any row written
+			// with it, and again before rows of a layout the table's
+			// partitions were shown another one after (a snapshot or
+			// catch-up read beside the stream, a stream read again
+			// after a reconnect): an applier writes a row only with
+			// the schema last announced on its partition.
+			k := tableKey{b.Source, ch.Table.ID}
+			last, ok := enc.shown[k]
+			if !ok {
+				last = s.shown[k]
+			}
+			if last != c {
 				n := s.partitions[c.topic]
 				if n < 1 {
 					return nil, stats, fmt.Errorf("announce schema of %s: topic %s has no known partitions", ch.Table.ID, c.topic)
 				}
-				schema := appendSchema(nil, c.sourceName, c.table, c.fingerprint, ch.Version)
+				if c.since == (tidemark.Version{}) {
+					c.since = ch.Version
+				}
+				// Announced again, a layout keeps the version it was
+				// first announced with: appliers never evolve a
+				// target table to an older layout.
+				schema := appendSchema(nil, c.sourceName, c.table, c.fingerprint, c.since)
 				for p := int32(0); p < n; p++ {
 					enc.recs = append(enc.recs, recSpec{topic: c.topic, control: controlSchema, partition: p, schema: schema, tableShape: c.fingerprint})
 				}
-				enc.announce = append(enc.announce, c)
+				if enc.shown == nil {
+					enc.shown = map[tableKey]*codec{}
+				}
+				enc.shown[k] = c
 			}
 		}
+		prev = c
 		op, ok := headerOp[ch.Op]
 		if !ok {
 			return nil, stats, fmt.Errorf("encode change of %s: unknown op %d", ch.Table.ID, ch.Op)

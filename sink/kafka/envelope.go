@@ -51,10 +51,16 @@ type codec struct {
 	// fingerprint is the table_schema header: a hash of Table.Fingerprint.
 	fingerprint []byte
 	// sourceName names the source in the schema control record
-	// (ControlRecords); announced is set once a batch carrying them was
-	// published.
+	// (ControlRecords); since is the version the layout was first
+	// announced before (kept when it is announced again).
 	sourceName string
-	announced  bool
+	since      tidemark.Version
+}
+
+// tableKey names a table of a source (the codecs of its layouts).
+type tableKey struct {
+	source string
+	id     tidemark.TableID
 }
 
 type codecKey struct {

@@ -67,6 +67,7 @@ type Sink struct {
 	attempts       uint64
 	bytesPerChange int // of the last batch encoded: sizes the next one's buffer
 	codecs         map[codecKey]*codec
+	shown          map[tableKey]*codec // the codec whose schema was published last per table (ControlRecords)
 	topics         map[topicKey]string
 	topicOwner     map[string]topicKey
 	partitions     map[string]int32       // partition count of the change topics (ControlRecords)
@@ -153,6 +154,7 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		rlog:       &tidemark.RateLimitedLogger{Logger: log},
 		instance:   hex.EncodeToString(id[:]),
 		codecs:     map[codecKey]*codec{},
+		shown:      map[tableKey]*codec{},
 		topics:     map[topicKey]string{},
 		topicOwner: map[string]topicKey{},
 		partitions: map[string]int32{},
@@ -355,8 +357,8 @@ func (s *Sink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStat
 		}
 		return tidemark.ApplyStats{}, err
 	}
-	for _, c := range enc.announce {
-		c.announced = true
+	for k, c := range enc.shown {
+		s.shown[k] = c
 	}
 	return stats, nil
 }
