@@ -2,9 +2,12 @@ package integration
 
 import (
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
 
 	"tidemark/integration/harness"
 	"tidemark/internal/testenv"
@@ -24,13 +27,21 @@ func TestApplyKillNineDuringFirstSnapshot(t *testing.T) {
 	r, _ := f.newApplyRun(t, "it_applysnapkill_", 193, 4, 500)
 	f.forgetStates(t, r.db)
 	f.exec(t, "CREATE TABLE "+r.db+".big (id INT AUTO_INCREMENT PRIMARY KEY, v INT NOT NULL, pad VARCHAR(60) NOT NULL)",
-		"INSERT INTO "+r.db+".big (id, v, pad) SELECT seq, seq, REPEAT('p', 50) FROM seq_1_to_200000")
+		"INSERT INTO "+r.db+".big (id, v, pad) SELECT seq, seq, REPEAT('p', 50) FROM seq_1_to_200000",
+		// Read last (tables in name order): the first run is still
+		// going when the tailer is killed.
+		"CREATE TABLE "+r.db+".zz (id INT PRIMARY KEY, pad VARCHAR(60) NOT NULL)",
+		"INSERT INTO "+r.db+".zz (id, pad) SELECT seq, REPEAT('z', 50) FROM seq_1_to_600000")
 	// A first run: no start position, the fallback snapshots first.
-	setYAML(t, r.cfg, "  start_position: \""+r.start.String()+"\"\n", "  start_position: \"\"\n")
 	b, err := os.ReadFile(r.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	startRE := regexp.MustCompile(`(?m)^  start_position: .*$`)
+	if !startRE.Match(b) {
+		t.Fatalf("config has no start_position:\n%s", b)
+	}
+	b = startRE.ReplaceAll(b, []byte(`  start_position: ""`))
 	if err := os.WriteFile(r.cfg, append(b, "fallback:\n  enabled: true\n  chunk_rows: 500\n"...), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -38,21 +49,37 @@ func TestApplyKillNineDuringFirstSnapshot(t *testing.T) {
 	defer ps.killAll()
 	applier := ps.start("apply", "--config", r.cfg)
 	tailer := ps.start("run", "--config", r.cfg)
-	// The applier has the table's first 100 rows: the killed run
-	// published them.
-	copied := func() int {
-		var n int
-		_ = f.pg.QueryRow(f.ctx, `SELECT count(*) FROM "`+r.db+`".big WHERE id <= 100`).Scan(&n)
+	// The killed run committed the table's first chunks to Kafka (ids 1
+	// to 500 come first, in key order; a batch's transaction commits
+	// before the next one begins, so 3,000 records hold committed ones):
+	// the applier writes them whatever happens to the tailer.
+	adm := kadmClient(t, r.brokers)
+	topic := r.prefix + "." + r.db + ".big"
+	published := func() int64 {
+		ends, err := adm.ListEndOffsets(f.ctx, topic)
+		if err != nil {
+			return 0
+		}
+		var n int64
+		ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
 		return n
 	}
-	if !testenv.WaitFor(60*time.Second, func() bool { return tailer.exited() || copied() == 100 }) || tailer.exited() {
-		t.Fatalf("the first rows did not reach the target:\ntailer:\n%s\napplier:\n%s", tail(tailer.stderr.String(), 20), tail(applier.stderr.String(), 20))
+	if !testenv.WaitFor(60*time.Second, func() bool { return tailer.exited() || published() >= 3000 }) || tailer.exited() {
+		t.Fatalf("the first rows were not published:\ntailer:\n%s\napplier:\n%s", tail(tailer.stderr.String(), 20), tail(applier.stderr.String(), 20))
 	}
 	tailer.kill()
 	if strings.Contains(tailer.stderr.String(), "catch-up finished") {
 		t.Fatalf("the snapshot finished before the kill:\n%s", tail(tailer.stderr.String(), 10))
 	}
 	killed := tailer.stderr.String()
+	// The applier wrote the first 100 rows.
+	if !testenv.WaitFor(60*time.Second, func() bool {
+		var n int
+		_ = f.pg.QueryRow(f.ctx, `SELECT count(*) FROM "`+r.db+`".big WHERE id <= 100`).Scan(&n)
+		return n == 100 || applier.exited()
+	}) || applier.exited() {
+		t.Fatalf("the killed run's first rows did not reach the target:\n%s", tail(applier.stderr.String(), 20))
+	}
 	ps.procs = ps.procs[:1] // the applier; converge checks that every process runs
 	f.exec(t, "DELETE FROM "+r.db+".big WHERE id <= 100")
 	tailer = ps.start("run", "--config", r.cfg)
