@@ -83,6 +83,16 @@ func cmdCatchup(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "tidemark catchup: with Kafka alone tidemark cannot check that no daemon streams source %s, and a catch-up beside one could bring back rows it deletes: stop the daemon, then run again with --no-daemon\n", source)
 		return exitUsage
 	}
+	// No daemon streams the source: the catch-up writes as the daemon
+	// does, taking over the Kafka transactional id first, which makes the
+	// broker finish a transaction a killed daemon left open (a checkpoint
+	// read before that would wait for it, then fail).
+	if a, ok := d.target.(tidemark.Activator); ok {
+		if err := a.Activate(ctx); err != nil {
+			log.Error("catch-up failed", "err", err)
+			return exitFailed
+		}
+	}
 	var rep fallback.Report
 	if len(only) == 0 {
 		// The catch-up re-reads every table from the server the source

@@ -80,7 +80,7 @@ func runUntilCrash(t *testing.T, s *Sink, st *stream, crashAt int, applies *atom
 // differently from the first run's.
 func resume(t *testing.T, cfg Config, st *stream) {
 	t.Helper()
-	s := openSink(t, cfg)
+	s := restartSink(t, cfg)
 	pos, _ := checkpointOf(t, s, st.source)
 	t.Logf("restarted from %q", pos)
 	for _, b := range st.batches(pos, 7) {

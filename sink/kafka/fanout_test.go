@@ -121,7 +121,7 @@ func TestFanoutExactlyOnceOnKafka(t *testing.T) {
 			k.Close()
 			applies = -1 << 20 // no more crashes
 
-			k2 := openSink(t, cfg)
+			k2 := restartSink(t, cfg)
 			f = fanout(k2)
 			pos, ok, err := f.Checkpoint(context.Background(), "src")
 			if err != nil || !ok {

@@ -75,6 +75,21 @@ func openSink(t testing.TB, cfg Config) *Sink {
 	return s
 }
 
+// restartSink opens a sink as a restarted daemon does: it takes over the
+// transactional id (Activate, which makes the broker finish a transaction
+// the crashed instance left open) before it reads a checkpoint. A sink that
+// only reads (a one-shot tool) waits instead for an open transaction.
+func restartSink(t testing.TB, cfg Config) *Sink {
+	t.Helper()
+	s := openSink(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Activate(ctx); err != nil {
+		t.Fatalf("activate sink: %v", err)
+	}
+	return s
+}
+
 // ordersTable has a composite business key (tenant, id) that is not the
 // column order.
 func ordersTable(db string) *tidemark.Table {

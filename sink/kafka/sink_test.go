@@ -379,7 +379,7 @@ func TestWatermarks(t *testing.T) {
 			}
 			s.Close()
 
-			s2 := openSink(t, cfg)
+			s2 := restartSink(t, cfg)
 			for _, tt := range []struct {
 				id   tidemark.TableID
 				want time.Time
