@@ -109,6 +109,8 @@ bench-fallback: services
 bench-peers: services
 	command -v pgloader >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgloader; }
+	test -x .data/chameleon/bin/chameleon || { /usr/bin/python3 -m venv .data/chameleon && \
+		.data/chameleon/bin/pip install -q 'pg_chameleon>=2.0,<2.1'; }
 	$(WITH_ENV) && go run ./cmd/tidemark-bench -peers 1000000
 
 # The scale-out topology: the Kafka tailer (K/D) and 1, 2 and 3 appliers against `tidemark run`

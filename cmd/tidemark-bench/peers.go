@@ -46,9 +46,11 @@ ALTER SCHEMA '%s' RENAME TO '%s';
 // peerRun is one back-to-back run of the two loaders.
 type peerRun struct {
 	pgloader, tidemark       time.Duration
-	pgloaderRSS, tidemarkRSS int64 // KiB
+	chameleon                time.Duration // pg_chameleon init_replica
+	pgloaderRSS, tidemarkRSS int64         // KiB
 	pgloaderVerify           string
 	tidemarkVerify           string
+	chameleonVerify          string
 	ceiling                  result // the COPY ceiling, measured right before tidemark
 }
 
@@ -168,6 +170,15 @@ func benchPeers(ctx context.Context, o options) error {
 		if r.pgloader, r.pgloaderRSS, err = runPgloader(pgSchema, ""); err != nil {
 			return err
 		}
+		chSchema := fmt.Sprintf("peers_chameleon_%d", i)
+		fmt.Fprintf(os.Stderr, "== [%d] pg_chameleon init_replica\n", i)
+		ch, err := newChameleon(env, chSchema)
+		if err != nil {
+			return err
+		}
+		if r.chameleon, err = ch.initReplica(); err != nil {
+			return err
+		}
 		// The ceiling of this run, right before tidemark's load: a ratio
 		// of two figures measured under the same load.
 		fmt.Fprintf(os.Stderr, "== [%d] C COPY ceiling (one pgx CopyFrom of rows of the same shape)\n", i)
@@ -181,7 +192,7 @@ func benchPeers(ctx context.Context, o options) error {
 		if r.tidemark, r.tidemarkRSS, err = runTidemark(tmSource); err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "   pgloader %s, tidemark %s\n", r.pgloader.Round(time.Millisecond), r.tidemark.Round(time.Millisecond))
+		fmt.Fprintf(os.Stderr, "   pgloader %s, pg_chameleon %s, tidemark %s\n", r.pgloader.Round(time.Millisecond), r.chameleon.Round(time.Millisecond), r.tidemark.Round(time.Millisecond))
 		if i == 1 {
 			// Every run loads the same table the same way: the copies
 			// of the first run are the ones checked.
@@ -190,6 +201,9 @@ func benchPeers(ctx context.Context, o options) error {
 				return err
 			}
 			if r.tidemarkVerify, err = verify(tmSource); err != nil {
+				return err
+			}
+			if r.chameleonVerify, err = verify(chSchema); err != nil {
 				return err
 			}
 		}
@@ -209,14 +223,18 @@ func benchPeers(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	dr, err := drainPeers(ctx, sv, o.bin, runTidemark, verify)
+	if err != nil {
+		return err
+	}
 	var docType string
 	if err := pg.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute
 		WHERE attrelid = 'peers_pgloader_zonefix.t'::regclass AND attname = 'doc'`).Scan(&docType); err != nil {
 		return err
 	}
 
-	var pgl, tm, ratio, ceilRatio, ceils []float64
-	var perRatio, perCeil []string
+	var pgl, tm, chm, ratio, chRatio, ceilRatio, ceils []float64
+	var perRatio, perCh, perCeil []string
 	var rssMax, pglRSS int64
 	for _, r := range runs {
 		pgl = append(pgl, r.pgloader.Seconds())
@@ -224,6 +242,10 @@ func benchPeers(ctx context.Context, o options) error {
 		x := r.pgloader.Seconds() / r.tidemark.Seconds()
 		ratio = append(ratio, x)
 		perRatio = append(perRatio, fmt.Sprintf("%.2f×", x))
+		chm = append(chm, r.chameleon.Seconds())
+		y := r.chameleon.Seconds() / r.tidemark.Seconds()
+		chRatio = append(chRatio, y)
+		perCh = append(perCh, fmt.Sprintf("%.2f×", y))
 		c := (float64(rows) / r.tidemark.Seconds()) / r.ceiling.rate()
 		ceils = append(ceils, r.ceiling.took.Seconds())
 		ceilRatio = append(ceilRatio, c)
@@ -236,6 +258,7 @@ func benchPeers(ctx context.Context, o options) error {
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "loader (median of %d runs, back to back)\ttime\trows/s\tpeak RSS (VmHWM)\ttidemark verify (run 1)\n", len(runs))
 	fmt.Fprintf(tw, "pgloader %s\t%s\t%.0f\t%.0f MiB\t%s\n", pgloaderVersion(), sec(medianOf(pgl)), float64(rows)/medianOf(pgl), float64(pglRSS)/1024, firstLine(runs[0].pgloaderVerify))
+	fmt.Fprintf(tw, "pg_chameleon %s init_replica\t%s\t%.0f\t(not measured)\t%s\n", chameleonVersion(), sec(medianOf(chm)), float64(rows)/medianOf(chm), firstLine(runs[0].chameleonVerify))
 	fmt.Fprintf(tw, "tidemark first-run snapshot\t%s\t%.0f\t%.0f MiB\t%s\n", sec(medianOf(tm)), float64(rows)/medianOf(tm), float64(rssMax)/1024, firstLine(runs[0].tidemarkVerify))
 	fmt.Fprintf(tw, "pgloader + zone workaround (once)\t%s\t%.0f\t\t%s\n", fixTook.Round(time.Millisecond), float64(rows)/fixTook.Seconds(), firstLine(fixVerify))
 	fmt.Fprintf(tw, "C COPY ceiling (pgx CopyFrom), each run before tidemark\t%s\t%.0f\t\t\n", sec(medianOf(ceils)), float64(rows)/medianOf(ceils))
@@ -244,17 +267,29 @@ func benchPeers(ctx context.Context, o options) error {
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ratio\tper run\tmedian\ttarget\t")
 	fmt.Fprintf(tw, "tidemark vs pgloader (pgloader time ÷ tidemark time)\t%s\t%.2f×\t≥ 1.5×\t%s\n", strings.Join(perRatio, " "), medianOf(ratio), pass(medianOf(ratio) >= 1.5))
+	fmt.Fprintf(tw, "tidemark vs pg_chameleon init_replica (its time ÷ tidemark time)\t%s\t%.2f×\t≥ 2×\t%s\n", strings.Join(perCh, " "), medianOf(chRatio), pass(medianOf(chRatio) >= 2))
+	fmt.Fprintf(tw, "streaming drain of the same backlog, tidemark ÷ pg_chameleon start_replica (once)\t\t%.1f×\t≥ 10×\t%s\n", dr.chameleon.Seconds()/dr.tidemark.Seconds(), pass(dr.chameleon.Seconds()/dr.tidemark.Seconds() >= 10))
 	fmt.Fprintf(tw, "snapshot rows/s ÷ COPY ceiling rows/s\t%s\t%.2f\t≥ 0.7\t%s\n", strings.Join(perCeil, " "), medianOf(ceilRatio), pass(medianOf(ceilRatio) >= 0.7))
 	fmt.Fprintf(tw, "peak RSS of tidemark (largest run)\t\t%.0f MiB\t≤ 256 MiB\t%s\n", float64(rssMax)/1024, pass(rssMax <= 256*1024))
 	tw.Flush()
+	b.WriteString("\n")
+	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "streaming drain (once): %d changes after the initial copy\ttime\tchanges/s\ttidemark verify\n", dr.changes)
+	fmt.Fprintf(tw, "pg_chameleon start_replica\t%s\t%.0f\t%s\n", dr.chameleon.Round(time.Millisecond), float64(dr.changes)/dr.chameleon.Seconds(), firstLine(dr.chameleonVerify))
+	fmt.Fprintf(tw, "tidemark run\t%s\t%.0f\t%s\n", dr.tidemark.Round(time.Millisecond), float64(dr.changes)/dr.tidemark.Seconds(), firstLine(dr.tidemarkVerify))
+	tw.Flush()
 	b.WriteString("\nWhat tidemark verify found in pgloader's copy (run 1, default zone handling):\n")
 	b.WriteString(indent(runs[0].pgloaderVerify))
+	b.WriteString("What tidemark verify found in pg_chameleon's copy (run 1, out of the box):\n")
+	b.WriteString(indent(runs[0].chameleonVerify))
+	b.WriteString("What tidemark verify found in pg_chameleon's copy after start_replica (the drain):\n")
+	b.WriteString(indent(dr.chameleonVerify))
 	fmt.Fprintf(&b, "pgloader's copy, column doc (MariaDB JSON): PostgreSQL type %s\n", docType)
 	fmt.Print(b.String())
 	if o.out == "" {
 		return nil
 	}
-	return replaceSection(o.out, "peers", fmt.Sprintf("## Peer: pgloader versus tidemark's first-run snapshot (`make bench-peers`, %s)\n\n%d-row table (BIGINT PK, DECIMAL(12,2), VARCHAR(64) with some non-ASCII names, DATETIME(6) written in %s, TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6), JSON), loaded by each tool into its own PostgreSQL schema, back to back in each run; both copies checked with `tidemark verify`. %s\n\n```\n%s```\n",
+	return replaceSection(o.out, "peers", fmt.Sprintf("## Peers: pgloader and pg_chameleon versus tidemark's first-run snapshot (`make bench-peers`, %s)\n\n%d-row table (BIGINT PK, DECIMAL(12,2), VARCHAR(64) with some non-ASCII names, DATETIME(6) written in %s, TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6), JSON), loaded by each tool into its own PostgreSQL schema, back to back in each run (pg_chameleon 2.0 from PyPI in a venv under .data/, its `init_replica`); the copies of run 1 checked with `tidemark verify`. Then, once: pg_chameleon's `start_replica` and `tidemark run` drain the same backlog of changes written after their initial copies, both copies checked with `tidemark verify`. %s\n\n```\n%s```\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), rows, zone, machine(), b.String()))
 }
 
