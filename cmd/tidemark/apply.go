@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"regexp"
 	"strings"
@@ -64,34 +64,40 @@ func (c *Config) applierConfig(log *slog.Logger) kafka.ApplierConfig {
 	return ac
 }
 
-// cmdApply runs one member of the apply group until SIGINT/SIGTERM.
-func cmdApply(ctx context.Context, args []string, stderr io.Writer) int {
-	var metricsListen string
-	cfg, _, err := loadConfigFlagWith("apply", args, stderr, func(fs *flagSet) {
-		fs.StringVar(&metricsListen, "metrics", "", `metrics address of this member, overriding metrics.listen ("off", or e.g. 127.0.0.1:9651 for a second member on one machine)`)
+// applyCmd is `tidemark apply`: one member of the apply group, until
+// SIGINT/SIGTERM.
+type applyCmd struct {
+	cmdBase
+	metricsListen string
+}
+
+func (c *applyCmd) parseFlags(args []string) error {
+	err := c.parseConfig(args, func(fs *flag.FlagSet) {
+		fs.StringVar(&c.metricsListen, "metrics", "", `metrics address of this member, overriding metrics.listen ("off", or e.g. 127.0.0.1:9651 for a second member on one machine)`)
 	})
 	if err != nil {
-		fmt.Fprintln(stderr, "tidemark:", err)
-		return exitUsage
+		return err
 	}
-	if metricsListen != "" {
-		cfg.Metrics.Listen = metricsListen
+	cfg := c.cfg
+	if c.metricsListen != "" {
+		cfg.Metrics.Listen = c.metricsListen
 		if err := cfg.Metrics.Validate(); err != nil {
-			fmt.Fprintln(stderr, "tidemark apply: --metrics:", err)
-			return exitUsage
+			return fmt.Errorf("tidemark apply: --metrics: %w", err)
 		}
 	}
 	if cfg.Apply == nil || cfg.Target.Postgres == nil || cfg.Target.Kafka == nil {
-		fmt.Fprintln(stderr, "tidemark apply: the config needs an apply section, target.postgres and target.kafka")
-		return exitUsage
+		return errors.New("tidemark apply: the config needs an apply section, target.postgres and target.kafka")
 	}
-	log := newLogger(cfg.Log, stderr)
+	return nil
+}
+
+func (c *applyCmd) run(ctx context.Context) int {
+	cfg, log := c.cfg, c.log
 	ac := cfg.applierConfig(log)
 	log.Info("starting", "group", ac.Group, "topics", ac.Topics, "version", buildVersion())
 	state, err := openStateTarget(ctx, cfg, log, openDaemon)
 	if err != nil {
-		log.Error("start failed", "err", err)
-		return exitFailed
+		return c.fail("start failed", err)
 	}
 	defer state.Close()
 	sink, err := need[tidemark.StreamTarget](state, "tidemark apply")
@@ -121,8 +127,7 @@ func cmdApply(ctx context.Context, args []string, stderr io.Writer) int {
 		return context.Canceled // a clean stop ends the helpers too
 	})
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
-		log.Error("applier stopped", "err", err)
-		return exitFailed
+		return c.fail("applier stopped", err)
 	}
 	log.Info("stopped cleanly", "changes", applied.Load())
 	return exitOK

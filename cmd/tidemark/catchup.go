@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -18,9 +19,10 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-// cmdCatchup runs the fallback catch-up by hand. Without --table it catches
-// every table up and moves the checkpoint to the captured position; with
-// --table it catches those tables up and leaves the checkpoint alone.
+// catchupCmd is `tidemark catchup`: the fallback catch-up by hand. Without
+// --table it catches every table up and moves the checkpoint to the
+// captured position; with --table it catches those tables up and leaves
+// the checkpoint alone.
 //
 // It runs only while no daemon streams the source, and holds the source's
 // lock meanwhile (a daemon that starts waits for it). Beside a streaming
@@ -31,56 +33,58 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 // while the daemon runs is resynced (`tidemark resync`: the daemon carries
 // it out between two batches, with a version floor). With Kafka alone there
 // is no lock to check: --no-daemon states that no daemon runs.
-func cmdCatchup(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var tables stringList
-	var noDaemon bool
-	cfg, fs, err := loadConfigFlagWith("catchup", args, stderr, func(fs *flagSet) {
-		fs.Var(&tables, "table", "db.table to catch up (repeatable); default all, moving the checkpoint")
-		fs.BoolVar(&noDaemon, "no-daemon", false, "with Kafka alone (no PostgreSQL lock to check): state that no daemon streams the source")
+type catchupCmd struct {
+	cmdBase
+	tables   stringList
+	noDaemon bool
+	only     []tidemark.TableID
+}
+
+func (c *catchupCmd) parseFlags(args []string) error {
+	err := c.parseConfig(args, func(fs *flag.FlagSet) {
+		fs.Var(&c.tables, "table", "db.table to catch up (repeatable); default all, moving the checkpoint")
+		fs.BoolVar(&c.noDaemon, "no-daemon", false, "with Kafka alone (no PostgreSQL lock to check): state that no daemon streams the source")
 	})
 	if err != nil {
-		fmt.Fprintln(stderr, "tidemark:", err)
-		return exitUsage
+		return err
 	}
-	_ = fs
-	log := newLogger(cfg.Log, stderr)
-	d, err := wire(ctx, cfg, log, nil)
-	if err != nil {
-		log.Error("start failed", "err", err)
-		return exitFailed
-	}
-	defer d.Close()
-	var only []tidemark.TableID
-	for _, t := range tables {
+	for _, t := range c.tables {
 		id, err := tidemark.ParseTableID(t)
 		if err != nil {
-			fmt.Fprintf(stderr, "tidemark catchup: --table: %v\n", err)
-			return exitUsage
+			return fmt.Errorf("tidemark catchup: --table: %v", err)
 		}
-		only = append(only, id)
+		c.only = append(c.only, id)
 	}
-	source := cfg.Source.Name
+	return nil
+}
+
+func (c *catchupCmd) run(ctx context.Context) int {
+	d, err := assemble(ctx, c.cfg, c.log, c.stderr, nil)
+	if err != nil {
+		return c.fail("start failed", err)
+	}
+	defer d.Close()
 	catchUp, err := d.needCatchUp("tidemark catchup")
 	if err != nil {
-		fmt.Fprintln(stderr, err)
+		fmt.Fprintln(c.stderr, err)
 		return exitUsage
 	}
+	source := c.cfg.Source.Name
 	// The source's lock: the state target's (PostgreSQL's), also in the
 	// scale-out topology where the tailer holds it (tailerTarget).
 	if locker, ok := d.target.(tidemark.SourceLocker); ok {
 		release, free, err := locker.TryLockSource(ctx, source)
 		if err != nil {
-			log.Error("catch-up failed", "err", err)
-			return exitFailed
+			return c.fail("catch-up failed", err)
 		}
 		if !free {
-			fmt.Fprintf(stderr, "tidemark catchup: a tidemark daemon is streaming source %s: a catch-up beside it could bring back rows it deletes. Stop the daemon first, or resync the table while it runs (tidemark resync --table db.t): the daemon carries that out safely\n", source)
+			fmt.Fprintf(c.stderr, "tidemark catchup: a tidemark daemon is streaming source %s: a catch-up beside it could bring back rows it deletes. Stop the daemon first, or resync the table while it runs (tidemark resync --table db.t): the daemon carries that out safely\n", source)
 			return exitFailed
 		}
 		// Held for the whole catch-up: a daemon starting meanwhile waits.
 		defer release()
-	} else if !noDaemon {
-		fmt.Fprintf(stderr, "tidemark catchup: with Kafka alone tidemark cannot check that no daemon streams source %s, and a catch-up beside one could bring back rows it deletes: stop the daemon, then run again with --no-daemon\n", source)
+	} else if !c.noDaemon {
+		fmt.Fprintf(c.stderr, "tidemark catchup: with Kafka alone tidemark cannot check that no daemon streams source %s, and a catch-up beside one could bring back rows it deletes: stop the daemon, then run again with --no-daemon\n", source)
 		return exitUsage
 	}
 	// No daemon streams the source: the catch-up writes as the daemon
@@ -89,49 +93,49 @@ func cmdCatchup(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	// read before that would wait for it, then fail).
 	if a, ok := d.target.(tidemark.Activator); ok {
 		if err := a.Activate(ctx); err != nil {
-			log.Error("catch-up failed", "err", err)
-			return exitFailed
+			return c.fail("catch-up failed", err)
 		}
 	}
 	var rep fallback.Report
-	if len(only) == 0 {
-		// The catch-up re-reads every table from the server the source
-		// reaches now: when that server is not the one the checkpoint was
-		// read from (a failover tidemark refused to follow, a reset
-		// binlog), its rows are written in the next epoch, so they win
-		// over everything written before.
-		// err, not a new one: the catch-up's error below must reach the
-		// exit code (a shadowed err made a failed catch-up exit 0).
-		var stored tidemark.Position
-		var ok bool
-		stored, ok, err = d.target.Checkpoint(ctx, cfg.Source.Name)
-		if err != nil {
-			log.Error("read checkpoint failed", "err", err)
-			return exitFailed
-		}
-		if ok {
-			id, epoch, err := d.tailer.Accept(ctx, stored)
-			if err != nil {
-				log.Error("catch-up failed", "err", err)
-				return exitFailed
-			}
-			if epoch != stored.Epoch {
-				log.Warn("the source is not the server the checkpoint was read from: catching up in a new epoch", "checkpoint", stored.String(), "server", id.String(), "epoch", epoch)
-			}
+	if len(c.only) == 0 {
+		if what, err := c.acceptServer(ctx, d); err != nil {
+			return c.fail(what, err)
 		}
 		// Every table that is streaming (quarantined ones wait for a
 		// resync), then the checkpoint.
 		rep, err = catchUp.RunStreaming(ctx, d.reader, d.registry, d.target)
 	} else {
-		rep, err = catchUp.RunReport(ctx, only)
+		rep, err = catchUp.RunReport(ctx, c.only)
 	}
 	fallback.SortReport(&rep)
-	printCatchupReport(stdout, rep)
+	printCatchupReport(c.stdout, rep)
 	if err != nil {
-		log.Error("catch-up failed", "err", err)
-		return exitFailed
+		return c.fail("catch-up failed", err)
 	}
 	return exitOK
+}
+
+// acceptServer checks the server the source reaches now against the
+// stored checkpoint before every table is caught up: when it is not the one
+// the checkpoint was read from (a failover tidemark refused to follow, a
+// reset binlog), the catch-up writes its rows in the next epoch, so they
+// win over everything written before. On failure what names the step.
+func (c *catchupCmd) acceptServer(ctx context.Context, d *daemon) (what string, err error) {
+	stored, ok, err := d.target.Checkpoint(ctx, c.cfg.Source.Name)
+	if err != nil {
+		return "read checkpoint failed", err
+	}
+	if !ok {
+		return "", nil
+	}
+	id, epoch, err := d.tailer.Accept(ctx, stored)
+	if err != nil {
+		return "catch-up failed", err
+	}
+	if epoch != stored.Epoch {
+		c.log.Warn("the source is not the server the checkpoint was read from: catching up in a new epoch", "checkpoint", stored.String(), "server", id.String(), "epoch", epoch)
+	}
+	return "", nil
 }
 
 func printCatchupReport(w io.Writer, rep fallback.Report) {

@@ -19,29 +19,38 @@ import (
 	"tidemark/verify"
 )
 
-// cmdDemo replicates a demo workload on the local services (scripts/
-// services.sh) and prints a source-versus-target comparison. It exits 0
-// only when the target equals the source.
-func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// demoCmd is `tidemark demo`: it replicates a demo workload on the local
+// services (scripts/services.sh) and prints a source-versus-target
+// comparison. It exits 0 only when the target equals the source.
+type demoCmd struct {
+	cmdBase
+	steps  int
+	source string
+}
+
+func (c *demoCmd) parseFlags(args []string) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	steps := fs.Int("steps", 1500, "workload transactions per phase")
+	fs.SetOutput(c.stderr)
+	fs.IntVar(&c.steps, "steps", 1500, "workload transactions per phase")
 	verbose := fs.Bool("v", false, "log at debug level")
-	source := fs.String("source", "mariadb", "the local source to replicate: mariadb, or mysql (the real MySQL 9.7 of scripts/services.sh)")
+	fs.StringVar(&c.source, "source", "mariadb", "the local source to replicate: mariadb, or mysql (the real MySQL 9.7 of scripts/services.sh)")
 	if err := fs.Parse(args); err != nil {
-		return exitUsage
+		return errPrinted
 	}
-	if *source != binlog.FlavorMariaDB && *source != binlog.FlavorMySQL {
-		fmt.Fprintf(stderr, "demo: -source %q is not mariadb or mysql\n", *source)
-		return exitUsage
+	if c.source != binlog.FlavorMariaDB && c.source != binlog.FlavorMySQL {
+		return fmt.Errorf("demo: -source %q is not mariadb or mysql", c.source)
 	}
 	level := "warn"
 	if *verbose {
 		level = "debug"
 	}
-	log := newLogger(LogConfig{Level: level}, stderr)
-	if err := demo(ctx, *source, *steps, DefaultMetricsListen, log, stdout); err != nil {
-		fmt.Fprintln(stderr, "demo failed:", err)
+	c.setLogger(LogConfig{Level: level})
+	return nil
+}
+
+func (c *demoCmd) run(ctx context.Context) int {
+	if err := demo(ctx, c.source, c.steps, DefaultMetricsListen, c.log, c.stdout, c.stderr); err != nil {
+		fmt.Fprintln(c.stderr, "demo failed:", err)
 		return exitFailed
 	}
 	return exitOK
@@ -53,10 +62,33 @@ const (
 	demoZone   = "Asia/Kolkata"
 )
 
+// demoRun is one run of the demo: the local services, the workload, and
+// the daemon replicating it.
+type demoRun struct {
+	out      io.Writer
+	progress io.Writer
+	log      *slog.Logger
+	env      workload.Env
+	flavor   string
+	lab      *workload.Lab
+	w        *workload.Workload
+	start    tidemark.Position
+	d        *daemon
+	src      *source
+	changes  atomic.Int64
+	total    tidemark.ApplyStats
+	// done receives the pipeline's end.
+	done chan error
+	// snapRows and snapTook are the first run's snapshot (a source with
+	// no GTID to start from).
+	snapRows, snapTook atomic.Int64
+}
+
 // demo runs the demo with steps workload transactions per phase from the
 // local source of flavor (mariadb or mysql); its status page listens on
-// listen, or on any free port when that is taken.
-func demo(ctx context.Context, flavor string, steps int, listen string, log *slog.Logger, out io.Writer) error {
+// listen, or on any free port when that is taken. A first run's snapshot
+// draws its progress bars on progress (a terminal).
+func demo(ctx context.Context, flavor string, steps int, listen string, log *slog.Logger, out, progress io.Writer) error {
 	env, err := workload.EnvFromOS()
 	if err != nil {
 		return err
@@ -71,65 +103,85 @@ func demo(ctx context.Context, flavor string, steps int, listen string, log *slo
 		return err
 	}
 	defer lab.Close(ctx)
-
+	r := &demoRun{out: out, progress: progress, log: log, env: env, flavor: flavor, lab: lab, done: make(chan error, 1)}
 	fmt.Fprintf(out, "tidemark demo: %s %s → PostgreSQL, source zone %s\n\n", env.ServerName(), env.MySQLAddr, demoZone)
-	// A clean slate: the demo's target schema and checkpoint.
-	if err := lab.ResetTarget(ctx, demoDB, checkpoint.DefaultSchema, demoSource); err != nil {
+	if err := r.backlog(ctx, steps); err != nil {
 		return err
 	}
-	start, err := lab.Position()
-	if err != nil {
+	var cl closers
+	defer cl.close()
+	if err := r.startDaemon(ctx, listen, &cl); err != nil {
 		return err
 	}
-	w := lab.Workload(demoDB, demoZone, rand.New(rand.NewPCG(42, 7)))
-	if err := w.Setup(); err != nil {
+	if err := r.stream(ctx, steps, &cl); err != nil {
 		return err
 	}
+	return r.verify(ctx)
+}
 
-	// Phase 1: a backlog written while tidemark is not running.
+// backlog is phase 1's workload: a clean slate (the demo's target schema
+// and checkpoint), then a backlog written while tidemark is not running.
+func (r *demoRun) backlog(ctx context.Context, steps int) error {
+	if err := r.lab.ResetTarget(ctx, demoDB, checkpoint.DefaultSchema, demoSource); err != nil {
+		return err
+	}
+	var err error
+	if r.start, err = r.lab.Position(); err != nil {
+		return err
+	}
+	r.w = r.lab.Workload(demoDB, demoZone, rand.New(rand.NewPCG(42, 7)))
+	if err := r.w.Setup(); err != nil {
+		return err
+	}
 	t0 := time.Now()
-	if err := w.Run(steps); err != nil {
+	if err := r.w.Run(steps); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "phase 1: wrote a backlog of %d transactions (%d inserts, %d updates, %d deletes) in %s\n",
-		w.Stats.Transactions, w.Stats.Inserts, w.Stats.Updates, w.Stats.Deletes, time.Since(t0).Round(time.Millisecond))
+	fmt.Fprintf(r.out, "phase 1: wrote a backlog of %d transactions (%d inserts, %d updates, %d deletes) in %s\n",
+		r.w.Stats.Transactions, r.w.Stats.Inserts, r.w.Stats.Updates, r.w.Stats.Deletes, time.Since(t0).Round(time.Millisecond))
+	return nil
+}
 
+// startDaemon assembles the daemon for the demo's source, the source
+// verifier and the status page (each pushed on cl).
+func (r *demoRun) startDaemon(ctx context.Context, listen string, cl *closers) error {
 	cfg := &Config{
-		Source: SourceConfig{Name: demoSource, Flavor: flavor, Addr: env.MySQLAddr, User: env.MySQLUser, Password: env.MySQLPassword,
-			ServerID: 4201, TimeZone: demoZone, Include: []string{demoDB + ".*"}, StartPosition: start.String()},
-		Target: TargetConfig{Postgres: &PostgresConfig{DSN: env.PGDSN}},
+		Source: SourceConfig{Name: demoSource, Flavor: r.flavor, Addr: r.env.MySQLAddr, User: r.env.MySQLUser, Password: r.env.MySQLPassword,
+			ServerID: 4201, TimeZone: demoZone, Include: []string{demoDB + ".*"}, StartPosition: r.start.String()},
+		Target: TargetConfig{Postgres: &PostgresConfig{DSN: r.env.PGDSN}},
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	var changes atomic.Int64
-	var total tidemark.ApplyStats
 	m := NewMetrics()
-	var d *daemon
-	var src *binlog.Verifier
-	page := status.NewPage(status.Identity{Name: demoSource, Flavor: flavor, Addr: env.MySQLAddr, ServerID: 4201, Version: buildVersion()},
-		pageSources(cfg, m, func() (*daemon, *binlog.Verifier) { return d, src }))
-	d, err = wire(ctx, cfg, log, func(b *tidemark.Batch, s tidemark.ApplyStats, took time.Duration) {
-		changes.Add(int64(len(b.Changes)))
-		total.Add(s)
+	page := status.NewPage(status.Identity{Name: demoSource, Flavor: r.flavor, Addr: r.env.MySQLAddr, ServerID: 4201, Version: buildVersion()},
+		pageSources(cfg, m, func() (*daemon, *binlog.Verifier) {
+			if r.src == nil {
+				return r.d, nil
+			}
+			return r.d, r.src.verifier
+		}))
+	d, err := assemble(ctx, cfg, r.log, r.progress, func(b *tidemark.Batch, s tidemark.ApplyStats, took time.Duration) {
+		r.changes.Add(int64(len(b.Changes)))
+		r.total.Add(s)
 		m.OnApply(b, s, took)
 		page.OnApply(b, s, took)
 	})
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	bc, err := cfg.BinlogConfig()
-	if err != nil {
+	r.d = d
+	cl.push(d.Close)
+	if r.src, err = openSource(cfg, r.log, useVerifier, cl); err != nil {
 		return err
 	}
-	if src, err = binlog.NewVerifier(bc); err != nil {
-		return err
-	}
-	defer src.Close()
 	m.SetStatusPage(page)
-	// The status page, while the demo runs: on the daemon's default
-	// address, or any free port when that one is taken.
+	return r.servePage(ctx, m, listen, cl)
+}
+
+// servePage serves the status page while the demo runs: on the daemon's
+// default address, or any free port when that one is taken.
+func (r *demoRun) servePage(ctx context.Context, m *Metrics, listen string, cl *closers) error {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
@@ -138,81 +190,91 @@ func demo(ctx context.Context, flavor string, steps int, listen string, log *slo
 	}
 	pageCtx, stopPage := context.WithCancel(ctx)
 	pageDone := make(chan error, 1)
-	go func() { pageDone <- m.ServeOn(pageCtx, ln, nil, log) }()
-	defer func() { stopPage(); <-pageDone }()
-	fmt.Fprintf(out, "status page: http://%s/ (while the demo runs; `tidemark run` serves it next to /metrics)\n\n", ln.Addr())
-	// A source with no GTID yet (a fresh server) gives no start position:
-	// the pipeline then snapshots the tables instead of replaying the
-	// binlog, and the report says so.
-	var snapRows atomic.Int64
-	var snapTook atomic.Int64
+	go func() { pageDone <- m.ServeOn(pageCtx, ln, nil, r.log) }()
+	cl.push(func() error { stopPage(); return <-pageDone })
+	fmt.Fprintf(r.out, "status page: http://%s/ (while the demo runs; `tidemark run` serves it next to /metrics)\n\n", ln.Addr())
+	return nil
+}
+
+// stream runs the pipeline: phase 1 drains the backlog (or, from a
+// source with no GTID yet, a fresh server, snapshots the tables instead of
+// replaying the binlog, and the report says so); phase 2 replicates live
+// while the workload runs.
+func (r *demoRun) stream(ctx context.Context, steps int, cl *closers) error {
 	t1 := time.Now()
-	d.afterCatchUp = func(_ context.Context, _ time.Time, rows map[string]int64) error {
+	r.d.afterCatchUp = func(_ context.Context, _ time.Time, rows map[string]int64) error {
 		for _, n := range rows {
-			snapRows.Add(n)
+			r.snapRows.Add(n)
 		}
-		snapTook.Store(int64(time.Since(t1)))
+		r.snapTook.Store(int64(time.Since(t1)))
 		return nil
 	}
 	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	done := make(chan error, 1)
-	go func() { done <- d.pipeline.Run(runCtx, d.start) }()
-	target, err := lab.Position()
-	if err != nil {
+	cl.push(func() error { stop(); return nil })
+	go func() { r.done <- r.d.pipeline.Run(runCtx, r.d.start) }()
+	if err := r.caughtUp(ctx); err != nil {
 		return err
 	}
-	if err := waitOrFail(ctx, d, target, done); err != nil {
-		return err
-	}
-	el := time.Since(t1)
-	n := changes.Load()
-	if took := time.Duration(snapTook.Load()); took > 0 {
-		rows := snapRows.Load()
-		fmt.Fprintf(out, "phase 1: the source had no GTID to start from (a fresh server), so tidemark took a snapshot instead of replaying the binlog: %d rows in %s = %.0f rows/s; then streamed %d changes (caught up after %s)\n",
-			rows, took.Round(time.Millisecond), float64(rows)/took.Seconds(), n, el.Round(time.Millisecond))
-	} else {
-		fmt.Fprintf(out, "phase 1: tidemark drained the backlog: %d changes in %s = %.0f changes/s (batches of ≤5000, COPY + version-guarded upsert + checkpoint per transaction)\n",
-			n, el.Round(time.Millisecond), float64(n)/el.Seconds())
-	}
+	r.reportPhase1(time.Since(t1))
 
-	// Phase 2: live replication while the workload runs.
-	before := changes.Load()
+	before := r.changes.Load()
 	t2 := time.Now()
-	if err := w.Run(steps / 3); err != nil {
+	if err := r.w.Run(steps / 3); err != nil {
 		return err
 	}
-	target, err = lab.Position()
-	if err != nil {
+	if err := r.caughtUp(ctx); err != nil {
 		return err
 	}
-	if err := waitOrFail(ctx, d, target, done); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "phase 2: streamed %d more changes live; caught up %s after the workload started\n",
-		changes.Load()-before, time.Since(t2).Round(time.Millisecond))
+	fmt.Fprintf(r.out, "phase 2: streamed %d more changes live; caught up %s after the workload started\n",
+		r.changes.Load()-before, time.Since(t2).Round(time.Millisecond))
 	stop()
-	if err := <-done; err != nil {
+	if err := <-r.done; err != nil {
 		return fmt.Errorf("pipeline: %w", err)
 	}
-	fmt.Fprintf(out, "applied by streaming: inserted %d, updated %d, deleted %d, skipped by version guard %d, coalesced in batch %d\n\n",
-		total.Inserted, total.Updated, total.Deleted, total.Skipped, total.Coalesced)
+	fmt.Fprintf(r.out, "applied by streaming: inserted %d, updated %d, deleted %d, skipped by version guard %d, coalesced in batch %d\n\n",
+		r.total.Inserted, r.total.Updated, r.total.Deleted, r.total.Skipped, r.total.Coalesced)
+	return nil
+}
 
-	// Verification: what `tidemark verify` does, on the demo's table —
-	// checksums of chunks of rows computed inside each database, the rows
-	// of a chunk that differs compared one by one, the business keys
-	// checked for duplicates, and COUNT(*) and SUM(amount) per UTC day of
-	// updated_at.
+// caughtUp waits until the pipeline has committed the source's position.
+func (r *demoRun) caughtUp(ctx context.Context) error {
+	target, err := r.lab.Position()
+	if err != nil {
+		return err
+	}
+	return waitOrFail(ctx, r.d, target, r.done)
+}
+
+// reportPhase1 prints phase 1's rate, el after the pipeline started.
+func (r *demoRun) reportPhase1(el time.Duration) {
+	n := r.changes.Load()
+	if took := time.Duration(r.snapTook.Load()); took > 0 {
+		rows := r.snapRows.Load()
+		fmt.Fprintf(r.out, "phase 1: the source had no GTID to start from (a fresh server), so tidemark took a snapshot instead of replaying the binlog: %d rows in %s = %.0f rows/s; then streamed %d changes (caught up after %s)\n",
+			rows, took.Round(time.Millisecond), float64(rows)/took.Seconds(), n, el.Round(time.Millisecond))
+		return
+	}
+	fmt.Fprintf(r.out, "phase 1: tidemark drained the backlog: %d changes in %s = %.0f changes/s (batches of ≤5000, COPY + version-guarded upsert + checkpoint per transaction)\n",
+		n, el.Round(time.Millisecond), float64(n)/el.Seconds())
+}
+
+// verify is what `tidemark verify` does, on the demo's table — checksums
+// of chunks of rows computed inside each database, the rows of a chunk
+// that differs compared one by one, the business keys checked for
+// duplicates, and COUNT(*) and SUM(amount) per UTC day of updated_at —
+// then the IST row.
+func (r *demoRun) verify(ctx context.Context) error {
+	out := r.out
 	table := tidemark.TableID{Database: demoDB, Name: "orders"}
 	vc := VerifyConfig{Tables: map[string]VerifyTableConfig{table.String(): {EventTime: "updated_at", Sums: []string{"amount"}}}}
-	rep, err := verify.Tables(ctx, src, d.state.verifier, verifyOptions(bc, "", vc, []tidemark.TableID{table}, 0, log, nil))
+	rep, err := verify.Tables(ctx, r.src.verifier, r.d.state.verifier, verifyOptions(r.src.cfg, "", vc, []tidemark.TableID{table}, 0, r.log, nil))
 	if err != nil {
 		return err
 	}
 	fmt.Fprintln(out, "verification (as `tidemark verify` does it: checksums per chunk inside each database, duplicate keys, COUNT(*) and SUM(amount) per UTC day):")
 	printVerify(out, rep)
 
-	srcWall, tgt, err := lab.Incident(ctx, demoDB, demoDB)
+	srcWall, tgt, err := r.lab.Incident(ctx, demoDB, demoDB)
 	if err != nil {
 		return err
 	}

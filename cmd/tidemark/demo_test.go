@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -27,7 +28,7 @@ func testDemo(t *testing.T, flavor string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var out strings.Builder
-	if err := demo(ctx, flavor, 40, "127.0.0.1:0", slog.New(slog.DiscardHandler), &out); err != nil {
+	if err := demo(ctx, flavor, 40, "127.0.0.1:0", slog.New(slog.DiscardHandler), &out, io.Discard); err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
 	for _, s := range []string{

@@ -8,28 +8,34 @@ import (
 	"text/tabwriter"
 
 	"tidemark"
-	"tidemark/binlog"
 	"tidemark/sink/kafka"
 )
 
-// cmdDoctor prints every prerequisite of the source and the target as ok,
-// warn or fix (with the fix) and exits 0 when none needs a fix, 1
-// otherwise. It changes nothing on either side.
-func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cfg, _, err := loadConfigFlag("doctor", args, stderr)
+// doctorCmd is `tidemark doctor`: it prints every prerequisite of the
+// source and the target as ok, warn or fix (with the fix) and exits 0 when
+// none needs a fix, 1 otherwise. It changes nothing on either side, and
+// logs only errors.
+type doctorCmd struct {
+	cmdBase
+}
+
+func (c *doctorCmd) parseFlags(args []string) error {
+	if err := c.parseConfig(args, nil); err != nil {
+		return err
+	}
+	c.setLogger(LogConfig{Level: "error"})
+	return nil
+}
+
+func (c *doctorCmd) run(ctx context.Context) int {
+	checks, err := doctorChecks(ctx, c.cfg, c.log)
 	if err != nil {
-		fmt.Fprintln(stderr, "tidemark:", err)
+		fmt.Fprintln(c.stderr, "tidemark:", err)
 		return exitUsage
 	}
-	log := newLogger(LogConfig{Level: "error"}, stderr)
-	checks, err := doctorChecks(ctx, cfg, log)
-	if err != nil {
-		fmt.Fprintln(stderr, "tidemark:", err)
-		return exitUsage
-	}
-	printChecks(stdout, checks)
-	for _, c := range checks {
-		if c.Status == tidemark.CheckFix {
+	printChecks(c.stdout, checks)
+	for _, ch := range checks {
+		if ch.Status == tidemark.CheckFix {
 			return exitFailed
 		}
 	}
@@ -40,16 +46,12 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // shares checkServer's) and the PostgreSQL target's; the stored checkpoint,
 // when the target has one, is compared with the source's identity.
 func doctorChecks(ctx context.Context, cfg *Config, log *slog.Logger) ([]tidemark.Check, error) {
-	bc, err := cfg.BinlogConfig()
+	var cl closers
+	defer cl.close()
+	src, err := openSource(cfg, log, useTailer, &cl)
 	if err != nil {
 		return nil, err
 	}
-	bc.Logger = log
-	tailer, err := binlog.New(bc)
-	if err != nil {
-		return nil, err
-	}
-	defer tailer.Close()
 	var target []tidemark.Check
 	var stored *tidemark.Position
 	if cfg.Target.Postgres != nil {
@@ -57,7 +59,7 @@ func doctorChecks(ctx context.Context, cfg *Config, log *slog.Logger) ([]tidemar
 		if err != nil {
 			target = []tidemark.Check{{Name: "target connection", Status: tidemark.CheckFix, Found: err.Error(), Fix: "check target.postgres.dsn"}}
 		} else {
-			defer state.Close()
+			cl.push(state.Close)
 			dr, err := need[targetDoctor](state, "tidemark doctor")
 			if err != nil {
 				return nil, err
@@ -74,7 +76,7 @@ func doctorChecks(ctx context.Context, cfg *Config, log *slog.Logger) ([]tidemar
 	if k := cfg.Target.Kafka; k != nil {
 		target = append(target, kafka.Doctor(ctx, k.SinkConfig(cfg.Source.Name, log)))
 	}
-	return append(tailer.Doctor(ctx, stored, cfg.lagBudget()), target...), nil
+	return append(src.tailer.Doctor(ctx, stored, cfg.lagBudget()), target...), nil
 }
 
 func printChecks(w io.Writer, checks []tidemark.Check) {

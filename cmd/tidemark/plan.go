@@ -3,47 +3,58 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"strings"
 
 	"tidemark"
 	"tidemark/binlog"
 )
 
-// cmdPlan prints the DDL tidemark would run on the PostgreSQL target for
-// every included source table — the table when it is missing, what aligning
-// an existing one takes (columns, types, NOT NULL), and the secondary
-// indexes it mirrors — without running any of it (the target's catalog is
-// read in read-only transactions). Indexes that cannot be mirrored are
-// named on stderr.
-func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cfg, log, bc, exit, ok := loadStateCommand("plan", args, stderr, nil)
-	if !ok {
-		return exit
+// planCmd is `tidemark plan`: it prints the DDL tidemark would run on the
+// PostgreSQL target for every included source table — the table when it
+// is missing, what aligning an existing one takes (columns, types, NOT
+// NULL), and the secondary indexes it mirrors — without running any of it
+// (the target's catalog is read in read-only transactions). Indexes that
+// cannot be mirrored are named on stderr.
+type planCmd struct {
+	cmdBase
+}
+
+func (c *planCmd) parseFlags(args []string) error {
+	if err := c.parseConfig(args, nil); err != nil {
+		return err
 	}
-	reader, err := binlog.NewReader(bc)
+	return c.cfg.needPostgres("plan")
+}
+
+func (c *planCmd) run(ctx context.Context) int {
+	var cl closers
+	defer cl.close()
+	src, err := openSource(c.cfg, c.log, useReader, &cl)
 	if err != nil {
-		fmt.Fprintln(stderr, "tidemark:", err)
+		fmt.Fprintln(c.stderr, "tidemark:", err)
 		return exitUsage
 	}
-	defer reader.Close()
-	state, err := openStateTarget(ctx, cfg, log, openReadOnly)
+	state, err := openStateTarget(ctx, c.cfg, c.log, openReadOnly)
 	if err != nil {
-		log.Error("plan failed", "err", err)
-		return exitFailed
+		return c.fail("plan failed", err)
 	}
-	defer state.Close()
+	cl.push(state.Close)
 	pl, err := need[planner](state, "tidemark plan")
 	if err != nil {
-		log.Error("plan failed", "err", err)
-		return exitFailed
+		return c.fail("plan failed", err)
 	}
+	return c.print(ctx, src.reader, pl)
+}
+
+// print prints the plan of every table the reader lists.
+func (c *planCmd) print(ctx context.Context, reader *binlog.Reader, pl planner) int {
+	stdout, log := c.stdout, c.log
 	tables, err := reader.Tables(ctx)
 	if err != nil {
 		log.Error("plan failed", "err", err)
 		return exitFailed
 	}
-	fmt.Fprintf(stdout, "-- tidemark plan for source %s: %d tables (nothing is run)\n", cfg.Source.Name, len(tables))
+	fmt.Fprintf(stdout, "-- tidemark plan for source %s: %d tables (nothing is run)\n", c.cfg.Source.Name, len(tables))
 	failed := false
 	for _, id := range tables {
 		t, err := reader.Table(ctx, id)

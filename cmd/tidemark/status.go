@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -49,42 +50,49 @@ type offsetReader interface {
 	Offsets(ctx context.Context, group, topic string) ([]tidemark.StreamOffset, error)
 }
 
-// cmdStatus implements `tidemark status [--json]`: the checkpoint, the
-// binlog retention headroom, and per table the watermark, mode and lag.
-func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var asJSON bool
-	cfg, log, bc, exit, ok := loadStateCommand("status", args, stderr, func(fs *flagSet) {
-		fs.BoolVar(&asJSON, "json", false, "print the status as JSON")
+// statusCmd is `tidemark status [--json]`: the checkpoint, the binlog
+// retention headroom, and per table the watermark, mode and lag.
+type statusCmd struct {
+	cmdBase
+	asJSON bool
+}
+
+func (c *statusCmd) parseFlags(args []string) error {
+	err := c.parseConfig(args, func(fs *flag.FlagSet) {
+		fs.BoolVar(&c.asJSON, "json", false, "print the status as JSON")
 	})
-	if !ok {
-		return exit
-	}
-	src, err := binlog.NewVerifier(bc)
 	if err != nil {
-		fmt.Fprintln(stderr, "tidemark:", err)
+		return err
+	}
+	return c.cfg.needPostgres("status")
+}
+
+func (c *statusCmd) run(ctx context.Context) int {
+	var cl closers
+	defer cl.close()
+	src, err := openSource(c.cfg, c.log, useVerifier, &cl)
+	if err != nil {
+		fmt.Fprintln(c.stderr, "tidemark:", err)
 		return exitUsage
 	}
-	defer src.Close()
-	state, err := openStateTarget(ctx, cfg, log, openCommand)
+	state, err := openStateTarget(ctx, c.cfg, c.log, openCommand)
 	if err != nil {
-		log.Error("status failed", "err", err)
-		return exitFailed
+		return c.fail("status failed", err)
 	}
-	defer state.Close()
-	rep, err := fullStatus(ctx, src, state, cfg)
+	cl.push(state.Close)
+	rep, err := fullStatus(ctx, src.verifier, state, c.cfg)
 	if err != nil {
-		log.Error("status failed", "err", err)
-		return exitFailed
+		return c.fail("status failed", err)
 	}
-	if asJSON {
-		enc := json.NewEncoder(stdout)
+	if c.asJSON {
+		enc := json.NewEncoder(c.stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
 			return exitFailed
 		}
 		return exitOK
 	}
-	printStatus(stdout, rep)
+	printStatus(c.stdout, rep)
 	return exitOK
 }
 

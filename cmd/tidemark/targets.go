@@ -118,9 +118,8 @@ func need[T any](t stateTarget, user string) (T, error) {
 }
 
 // withKafka returns the sink the pipeline applies to, given the PostgreSQL
-// sink (nil when target.postgres is not configured; pass an untyped nil, not
-// a typed nil pointer) and the target.kafka section (nil when not
-// configured):
+// sink (nil when target.postgres is not configured) and the target.kafka
+// section (nil when not configured):
 //
 //   - postgres only: pg;
 //   - kafka only: the Kafka sink;
@@ -130,10 +129,12 @@ func need[T any](t stateTarget, user string) (T, error) {
 //     sink, never ahead of PostgreSQL in this order, resumes from its own
 //     checkpoint (exactly once with exactly_once: true).
 //
-// It opens the Kafka sink (connecting, creating the checkpoint topic,
-// fencing an older instance with the same transactional id). The caller
-// closes the returned sink, which closes both; on error it still owns pg.
-func withKafka(ctx context.Context, pg tidemark.Sink, kc *KafkaConfig, source string, log *slog.Logger) (tidemark.Sink, error) {
+// It opens the Kafka sink (connecting and creating the checkpoint topic;
+// an older instance with the same transactional id is fenced only by
+// Activate, when the pipeline holds the source's lock) and pushes its
+// close on cl. The caller does not close the returned sink: cl closes
+// Kafka, and whoever opened pg closes pg.
+func withKafka(ctx context.Context, pg tidemark.Sink, kc *KafkaConfig, source string, log *slog.Logger, cl *closers) (tidemark.Sink, error) {
 	if kc == nil {
 		if pg == nil {
 			return nil, errors.New("config: target: configure postgres, kafka or both")
@@ -144,6 +145,7 @@ func withKafka(ctx context.Context, pg tidemark.Sink, kc *KafkaConfig, source st
 	if err != nil {
 		return nil, err
 	}
+	cl.push(ks.Close)
 	if pg == nil {
 		return ks, nil
 	}
@@ -152,7 +154,6 @@ func withKafka(ctx context.Context, pg tidemark.Sink, kc *KafkaConfig, source st
 		tidemark.FanoutTarget{Name: "kafka", Sink: ks},
 	)
 	if err != nil {
-		ks.Close()
 		return nil, err
 	}
 	return kafkaFanout{Fanout: f, kafka: ks}, nil

@@ -73,13 +73,15 @@ func TestWithKafka(t *testing.T) {
 		return tidemark.Position{GTID: "0-1-9"}, true, nil
 	}}
 
-	if _, err := withKafka(ctx, nil, nil, "main", log); err == nil {
+	var none closers
+	if _, err := withKafka(ctx, nil, nil, "main", log, &none); err == nil {
 		t.Error("no target: no error")
 	}
-	if s, err := withKafka(ctx, pg, nil, "main", log); err != nil || s != tidemark.Sink(pg) {
+	if s, err := withKafka(ctx, pg, nil, "main", log, &none); err != nil || s != tidemark.Sink(pg) {
 		t.Errorf("postgres only = %T, %v", s, err)
 	}
-	s, err := withKafka(ctx, nil, kc, "main", log)
+	var alone closers
+	s, err := withKafka(ctx, nil, kc, "main", log, &alone)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,15 +93,19 @@ func TestWithKafka(t *testing.T) {
 	if _, err := s.Apply(ctx, &tidemark.Batch{Source: "main", Checkpoint: tidemark.Position{GTID: "0-1-12"}}); err != nil {
 		t.Fatal(err)
 	}
-	s.Close()
+	alone.close()
 
-	both, err := withKafka(ctx, pg, kc, "main", log)
+	var cl closers
+	defer cl.close()
+	both, err := withKafka(ctx, pg, kc, "main", log, &cl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer both.Close()
 	if _, ok := both.(kafkaFanout); !ok {
 		t.Fatalf("both = %T", both)
+	}
+	if len(none.fns) != 0 || len(cl.fns) != 1 {
+		t.Errorf("closers pushed: %d without Kafka, %d with it; want 0 and 1 (Kafka's, not pg's: its opener closes it)", len(none.fns), len(cl.fns))
 	}
 	pos, ok, err := both.Checkpoint(ctx, "main")
 	if err != nil || !ok || pos.GTID != "0-1-9" {

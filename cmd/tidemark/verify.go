@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -59,72 +60,82 @@ func verifyTableIDs(tables []string) ([]tidemark.TableID, error) {
 	return ids, nil
 }
 
-// cmdVerify implements `tidemark verify [--table db.t]... [--since D]
-// [--json]`: exit 0 when source and target are equal, 1 when they differ,
-// 2 on an error. section returns the config's verify section.
-func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, section func(*Config) VerifyConfig) int {
+// verifyCmd is `tidemark verify [--table db.t]... [--since D] [--json]`:
+// exit 0 when source and target are equal, 1 when they differ, 2 on an
+// error (verify.ExitError, exitUsage). section returns the config's verify
+// section (nil: none).
+type verifyCmd struct {
+	cmdBase
+	section    func(*Config) VerifyConfig
+	tables     verifyTableList
+	since      time.Duration
+	asJSON     bool
+	cpuProfile string
+	vc         VerifyConfig
+}
+
+func (c *verifyCmd) parseFlags(args []string) error {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(c.stderr)
 	path := fs.String("config", "tidemark.yaml", "path to the YAML config")
-	var tables verifyTableList
-	fs.Var(&tables, "table", "verify only this db.table (repeatable, or comma-separated)")
-	since := fs.Duration("since", 0, "compare only rows whose event-time column (verify.tables.T.event_time) is within this duration of now; tables without one are compared whole")
-	asJSON := fs.Bool("json", false, "print the report as JSON")
+	fs.Var(&c.tables, "table", "verify only this db.table (repeatable, or comma-separated)")
+	fs.DurationVar(&c.since, "since", 0, "compare only rows whose event-time column (verify.tables.T.event_time) is within this duration of now; tables without one are compared whole")
+	fs.BoolVar(&c.asJSON, "json", false, "print the report as JSON")
 	chunkRows := fs.Int("chunk-rows", 0, "source rows per checksum chunk (default verify.chunk_rows, 10000)")
 	examples := fs.Int("examples", 0, "keys listed per kind of difference (default verify.examples, 10)")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the verification to this file")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the verification to this file")
 	if err := fs.Parse(args); err != nil {
-		return verify.ExitError
+		return errPrinted
 	}
-	if *cpuProfile != "" {
-		stop, err := startCPUProfile(*cpuProfile)
+	cfg, err := LoadConfig(*path)
+	if err != nil {
+		return fmt.Errorf("tidemark: %w", err)
+	}
+	if err := cfg.needPostgres("verify"); err != nil {
+		return err
+	}
+	if c.section != nil {
+		c.vc = c.section(cfg)
+	}
+	if err := c.vc.Validate(); err != nil {
+		return fmt.Errorf("tidemark: %w", err)
+	}
+	if *chunkRows > 0 {
+		c.vc.ChunkRows = *chunkRows
+	}
+	if *examples > 0 {
+		c.vc.Examples = *examples
+	}
+	if c.since < 0 {
+		return errors.New("tidemark: verify: --since must be positive")
+	}
+	c.cfg = cfg
+	c.setLogger(cfg.Log)
+	return nil
+}
+
+func (c *verifyCmd) run(ctx context.Context) int {
+	if c.cpuProfile != "" {
+		stop, err := startCPUProfile(c.cpuProfile)
 		if err != nil {
-			fmt.Fprintln(stderr, "tidemark:", err)
+			fmt.Fprintln(c.stderr, "tidemark:", err)
 			return verify.ExitError
 		}
 		defer stop()
 	}
-	cfg, err := LoadConfig(*path)
+	rep, err := runVerify(ctx, c.cfg, c.vc, c.tables, c.since, c.log, c.stderr)
 	if err != nil {
-		fmt.Fprintln(stderr, "tidemark:", err)
+		c.log.Error("verify failed", "err", err)
 		return verify.ExitError
 	}
-	if err := cfg.needPostgres("verify"); err != nil {
-		fmt.Fprintln(stderr, err)
-		return verify.ExitError
-	}
-	vc := VerifyConfig{}
-	if section != nil {
-		vc = section(cfg)
-	}
-	if err := vc.Validate(); err != nil {
-		fmt.Fprintln(stderr, "tidemark:", err)
-		return verify.ExitError
-	}
-	if *chunkRows > 0 {
-		vc.ChunkRows = *chunkRows
-	}
-	if *examples > 0 {
-		vc.Examples = *examples
-	}
-	if *since < 0 {
-		fmt.Fprintln(stderr, "tidemark: verify: --since must be positive")
-		return verify.ExitError
-	}
-	log := newLogger(cfg.Log, stderr)
-	rep, err := runVerify(ctx, cfg, vc, tables, *since, log, stderr)
-	if err != nil {
-		log.Error("verify failed", "err", err)
-		return verify.ExitError
-	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
+	if c.asJSON {
+		enc := json.NewEncoder(c.stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
 			return verify.ExitError
 		}
 	} else {
-		printVerify(stdout, rep)
+		printVerify(c.stdout, rep)
 	}
 	return rep.ExitCode()
 }
@@ -136,20 +147,17 @@ func runVerify(ctx context.Context, cfg *Config, vc VerifyConfig, tables []strin
 	if err != nil {
 		return nil, err
 	}
-	bc, err := cfg.BinlogConfig()
+	var cl closers
+	defer cl.close()
+	src, err := openSource(cfg, log, useVerifier, &cl)
 	if err != nil {
 		return nil, err
 	}
-	src, err := binlog.NewVerifier(bc)
-	if err != nil {
-		return nil, err
-	}
-	defer src.Close()
 	state, err := openStateTarget(ctx, cfg, log, openCommand)
 	if err != nil {
 		return nil, err
 	}
-	defer state.Close()
+	cl.push(state.Close)
 	rec, err := need[verifyRunRecorder](state, "tidemark verify")
 	if err != nil {
 		return nil, err
@@ -157,7 +165,7 @@ func runVerify(ctx context.Context, cfg *Config, vc VerifyConfig, tables []strin
 	if state.verifier == nil {
 		return nil, fmt.Errorf("tidemark verify needs target.%s to compute checksums (tidemark.TargetVerifier), which it does not", state.name)
 	}
-	rep, err := verify.Tables(ctx, src, state.verifier, verifyOptions(bc, cfg.Target.Postgres.Schema, vc, ids, since, log, progressOut))
+	rep, err := verify.Tables(ctx, src.verifier, state.verifier, verifyOptions(src.cfg, cfg.Target.Postgres.Schema, vc, ids, since, log, progressOut))
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+)
+
+// command is one subcommand of tidemark, as a small struct (as
+// litestream's commands are): parseFlags reads its flags and loads what it
+// reads before opening anything; run opens only the parts it uses, closes
+// them, and returns the exit code.
+type command interface {
+	// parseFlags parses args; an error is printed (unless it is
+	// errPrinted) and the command exits 2.
+	parseFlags(args []string) error
+	run(ctx context.Context) int
+}
+
+// errPrinted is a parseFlags error the flag package has already printed.
+var errPrinted = errors.New("flags: printed")
+
+// execute parses c's flags and runs it.
+func execute(ctx context.Context, c command, args []string, stderr io.Writer) int {
+	if err := c.parseFlags(args); err != nil {
+		if !errors.Is(err, errPrinted) {
+			fmt.Fprintln(stderr, err)
+		}
+		return exitUsage
+	}
+	return c.run(ctx)
+}
+
+// cmdBase is what every command has: its name, its output, and, once
+// parseConfig ran, the config and the command's logger.
+type cmdBase struct {
+	name           string
+	stdout, stderr io.Writer
+	cfg            *Config
+	log            *slog.Logger
+}
+
+// parseConfig parses --config plus the flags extra adds, loads the config
+// and sets up the command's logger (log.* of the config, on stderr).
+func (b *cmdBase) parseConfig(args []string, extra func(*flag.FlagSet)) error {
+	fs := flag.NewFlagSet(b.name, flag.ContinueOnError)
+	fs.SetOutput(b.stderr)
+	path := fs.String("config", "tidemark.yaml", "path to the YAML config")
+	if extra != nil {
+		extra(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("tidemark: %w", err)
+	}
+	cfg, err := LoadConfig(*path)
+	if err != nil {
+		return fmt.Errorf("tidemark: %w", err)
+	}
+	b.cfg = cfg
+	b.setLogger(cfg.Log)
+	return nil
+}
+
+// setLogger sets the command's logger: the one place a logger is made.
+func (b *cmdBase) setLogger(lc LogConfig) {
+	b.log = newLogger(lc, b.stderr)
+}
+
+// fail logs that what failed, with err, and returns exitFailed.
+func (b *cmdBase) fail(what string, err error) int {
+	b.log.Error(what, "err", err)
+	return exitFailed
+}
+
+// checkpointCmd is `tidemark checkpoint`: it prints the checkpoint the
+// pipeline's target holds (the older of PostgreSQL's and Kafka's in a
+// fan-out). It opens the targets only, not the source.
+type checkpointCmd struct {
+	cmdBase
+}
+
+func (c *checkpointCmd) parseFlags(args []string) error { return c.parseConfig(args, nil) }
+
+func (c *checkpointCmd) run(ctx context.Context) int {
+	var cl closers
+	defer cl.close()
+	_, target, err := openPipelineTarget(ctx, c.cfg, c.log, openDaemon, &cl)
+	if err != nil {
+		return c.fail("start failed", err)
+	}
+	pos, ok, err := target.Checkpoint(ctx, c.cfg.Source.Name)
+	if err != nil {
+		return c.fail("read checkpoint failed", err)
+	}
+	if !ok {
+		fmt.Fprintln(c.stdout, "no checkpoint for source", c.cfg.Source.Name)
+		return exitOK
+	}
+	fmt.Fprintln(c.stdout, pos.String())
+	return exitOK
+}
