@@ -437,45 +437,7 @@ func LoadConfig(path string) (*Config, error) {
 // Validate checks fields that the components do not (they validate their
 // own configs when built).
 func (c *Config) Validate() error {
-	var errs []error
-	if c.Target.Kafka != nil {
-		k := *c.Target.Kafka
-		// The apply topology always publishes control records.
-		k.ControlRecords = k.ControlRecords || c.Apply != nil
-		if err := k.Validate(c.Source.Name); err != nil {
-			errs = append(errs, err)
-		}
-		if c.Apply != nil && !k.ExactlyOnce {
-			// Without a transactional id nothing fences a second
-			// tailer that runs after losing the source's lock.
-			errs = append(errs, errors.New("config: target.kafka.exactly_once: must be true with an apply section (the scale-out topology fences a second tailer with Kafka transactions; without them two live tailers can both publish)"))
-		}
-	}
-	if c.Target.Postgres == nil {
-		if c.Target.Kafka == nil {
-			errs = append(errs, errors.New("config: target: set postgres, kafka or both"))
-		}
-	} else if c.Target.Postgres.DSN == "" {
-		errs = append(errs, errors.New("config: target.postgres.dsn: required"))
-	}
-	if c.Target.Postgres != nil {
-		if err := c.PostgresSinkConfig().Schema.Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("config: target.postgres.%w", err))
-		}
-	}
-	if c.Apply != nil {
-		if c.Target.Postgres == nil || c.Target.Kafka == nil {
-			errs = append(errs, errors.New("config: apply: needs target.postgres (written by the appliers, holds the tailer's lock) and target.kafka (the change topics)"))
-		}
-		if c.Apply.MaxRecords < 0 {
-			errs = append(errs, fmt.Errorf("config: apply.max_records: must be ≥ 0, got %d", c.Apply.MaxRecords))
-		}
-		if c.Apply.Topics != "" {
-			if _, err := regexp.Compile(c.Apply.Topics); err != nil {
-				errs = append(errs, fmt.Errorf("config: apply.topics: %w", err))
-			}
-		}
-	}
+	errs := c.targetErrors()
 	if c.Batch.MaxChanges < 0 {
 		errs = append(errs, errors.New("config: batch.max_changes: must be ≥ 0"))
 	}
@@ -525,6 +487,50 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// targetErrors are Validate's errors of the target and apply sections.
+func (c *Config) targetErrors() []error {
+	var errs []error
+	if c.Target.Kafka != nil {
+		k := *c.Target.Kafka
+		// The apply topology always publishes control records.
+		k.ControlRecords = k.ControlRecords || c.Apply != nil
+		if err := k.Validate(c.Source.Name); err != nil {
+			errs = append(errs, err)
+		}
+		if c.Apply != nil && !k.ExactlyOnce {
+			// Without a transactional id nothing fences a second
+			// tailer that runs after losing the source's lock.
+			errs = append(errs, errors.New("config: target.kafka.exactly_once: must be true with an apply section (the scale-out topology fences a second tailer with Kafka transactions; without them two live tailers can both publish)"))
+		}
+	}
+	if c.Target.Postgres == nil {
+		if c.Target.Kafka == nil {
+			errs = append(errs, errors.New("config: target: set postgres, kafka or both"))
+		}
+	} else if c.Target.Postgres.DSN == "" {
+		errs = append(errs, errors.New("config: target.postgres.dsn: required"))
+	}
+	if c.Target.Postgres != nil {
+		if err := c.PostgresSinkConfig().Schema.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("config: target.postgres.%w", err))
+		}
+	}
+	if c.Apply != nil {
+		if c.Target.Postgres == nil || c.Target.Kafka == nil {
+			errs = append(errs, errors.New("config: apply: needs target.postgres (written by the appliers, holds the tailer's lock) and target.kafka (the change topics)"))
+		}
+		if c.Apply.MaxRecords < 0 {
+			errs = append(errs, fmt.Errorf("config: apply.max_records: must be ≥ 0, got %d", c.Apply.MaxRecords))
+		}
+		if c.Apply.Topics != "" {
+			if _, err := regexp.Compile(c.Apply.Topics); err != nil {
+				errs = append(errs, fmt.Errorf("config: apply.topics: %w", err))
+			}
+		}
+	}
+	return errs
 }
 
 func zonePolicy(field string, z ZoneConfig) (tidemark.ZonePolicy, error) {
