@@ -95,11 +95,12 @@ func (c *applyCmd) run(ctx context.Context) int {
 	cfg, log := c.cfg, c.log
 	ac := cfg.applierConfig(log)
 	log.Info("starting", "group", ac.Group, "topics", ac.Topics, "version", buildVersion())
-	state, err := openStateTarget(ctx, cfg, log, openDaemon)
+	var cl closers
+	defer cl.close()
+	state, err := openStateTarget(ctx, cfg, log, openDaemon, &cl)
 	if err != nil {
 		return c.fail("start failed", err)
 	}
-	defer state.Close()
 	sink, err := need[tidemark.StreamTarget](state, "tidemark apply")
 	if err != nil {
 		log.Error("start failed", "err", err)

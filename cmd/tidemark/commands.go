@@ -75,6 +75,22 @@ func (b *cmdBase) fail(what string, err error) int {
 	return exitFailed
 }
 
+// openSourceAndState opens a one-shot command's source parts (use) and its
+// state target (mode) on cl. When that fails it has said why, ok is false
+// and exit is the exit code: 2 for the source's config, 1 when the target
+// cannot be opened ("<command> failed").
+func (b *cmdBase) openSourceAndState(ctx context.Context, use sourceParts, mode openMode, cl *closers) (src *source, state stateTarget, exit int, ok bool) {
+	src, err := openSource(b.cfg, b.log, use, cl)
+	if err != nil {
+		fmt.Fprintln(b.stderr, "tidemark:", err)
+		return nil, stateTarget{}, exitUsage, false
+	}
+	if state, err = openStateTarget(ctx, b.cfg, b.log, mode, cl); err != nil {
+		return nil, stateTarget{}, b.fail(b.name+" failed", err), false
+	}
+	return src, state, exitOK, true
+}
+
 // checkpointCmd is `tidemark checkpoint`: it prints the checkpoint the
 // pipeline's target holds (the older of PostgreSQL's and Kafka's in a
 // fan-out). It opens the targets only, not the source.

@@ -135,11 +135,10 @@ func targetName(cfg *Config) string {
 // tailer, a standby waiting); the appliers write the state target, and
 // the returned state has no sink.
 func openPipelineTarget(ctx context.Context, cfg *Config, log *slog.Logger, mode openMode, cl *closers) (stateTarget, tidemark.Sink, error) {
-	state, err := openStateTarget(ctx, cfg, log, mode)
+	state, err := openStateTarget(ctx, cfg, log, mode, cl)
 	if err != nil {
 		return stateTarget{}, nil, err
 	}
-	cl.push(state.Close)
 	var lock stateTarget
 	if cfg.Apply != nil {
 		lock, state = state, stateTarget{}

@@ -55,11 +55,10 @@ func doctorChecks(ctx context.Context, cfg *Config, log *slog.Logger) ([]tidemar
 	var target []tidemark.Check
 	var stored *tidemark.Position
 	if cfg.Target.Postgres != nil {
-		state, err := openStateTarget(ctx, cfg, log, openReadOnly)
+		state, err := openStateTarget(ctx, cfg, log, openReadOnly, &cl)
 		if err != nil {
 			target = []tidemark.Check{{Name: "target connection", Status: tidemark.CheckFix, Found: err.Error(), Fix: "check target.postgres.dsn"}}
 		} else {
-			cl.push(state.Close)
 			dr, err := need[targetDoctor](state, "tidemark doctor")
 			if err != nil {
 				return nil, err

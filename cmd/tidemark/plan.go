@@ -29,16 +29,10 @@ func (c *planCmd) parseFlags(args []string) error {
 func (c *planCmd) run(ctx context.Context) int {
 	var cl closers
 	defer cl.close()
-	src, err := openSource(c.cfg, c.log, useReader, &cl)
-	if err != nil {
-		fmt.Fprintln(c.stderr, "tidemark:", err)
-		return exitUsage
+	src, state, exit, ok := c.openSourceAndState(ctx, useReader, openReadOnly, &cl)
+	if !ok {
+		return exit
 	}
-	state, err := openStateTarget(ctx, c.cfg, c.log, openReadOnly)
-	if err != nil {
-		return c.fail("plan failed", err)
-	}
-	cl.push(state.Close)
 	pl, err := need[planner](state, "tidemark plan")
 	if err != nil {
 		return c.fail("plan failed", err)

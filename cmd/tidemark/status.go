@@ -70,16 +70,10 @@ func (c *statusCmd) parseFlags(args []string) error {
 func (c *statusCmd) run(ctx context.Context) int {
 	var cl closers
 	defer cl.close()
-	src, err := openSource(c.cfg, c.log, useVerifier, &cl)
-	if err != nil {
-		fmt.Fprintln(c.stderr, "tidemark:", err)
-		return exitUsage
+	src, state, exit, ok := c.openSourceAndState(ctx, useVerifier, openCommand, &cl)
+	if !ok {
+		return exit
 	}
-	state, err := openStateTarget(ctx, c.cfg, c.log, openCommand)
-	if err != nil {
-		return c.fail("status failed", err)
-	}
-	cl.push(state.Close)
 	rep, err := fullStatus(ctx, src.verifier, state, c.cfg)
 	if err != nil {
 		return c.fail("status failed", err)

@@ -51,9 +51,10 @@ type stateTarget struct {
 	verifier tidemark.TargetVerifier
 }
 
-// openStateTarget opens the config's state target. With none configured
-// (Kafka alone) it returns a stateTarget with a nil sink and no error.
-func openStateTarget(ctx context.Context, cfg *Config, log *slog.Logger, mode openMode) (stateTarget, error) {
+// openStateTarget opens the config's state target and pushes its close on
+// cl. With none configured (Kafka alone) it returns a stateTarget with a
+// nil sink and no error.
+func openStateTarget(ctx context.Context, cfg *Config, log *slog.Logger, mode openMode, cl *closers) (stateTarget, error) {
 	switch {
 	case cfg.Target.Postgres != nil:
 		store, err := checkpoint.New(checkpoint.Config{Schema: cfg.Target.Postgres.ControlSchema})
@@ -71,6 +72,7 @@ func openStateTarget(ctx context.Context, cfg *Config, log *slog.Logger, mode op
 		if err != nil {
 			return stateTarget{}, err
 		}
+		cl.push(s.Close)
 		return stateTarget{name: "postgres", sink: s, verifier: postgres.NewVerifier(s)}, nil
 	}
 	return stateTarget{}, nil
@@ -87,14 +89,6 @@ func (c *Config) PostgresSinkConfig() postgres.Config {
 		Schema:      postgres.SchemaPolicy{DropColumns: p.DropColumns, DropTable: p.DDL.DropTable, Truncate: p.DDL.Truncate, KeepNullable: c.Apply != nil},
 		SkipIndexes: p.Mirror.Indexes != nil && !*p.Mirror.Indexes,
 		SkipNotNull: p.Mirror.NotNull != nil && !*p.Mirror.NotNull}
-}
-
-// Close closes the target (a no-op without one).
-func (t stateTarget) Close() error {
-	if t.sink == nil {
-		return nil
-	}
-	return t.sink.Close()
 }
 
 // need returns capability T of target t, or an error naming the target,
@@ -118,7 +112,7 @@ func need[T any](t stateTarget, user string) (T, error) {
 }
 
 // withKafka returns the sink the pipeline applies to, given the PostgreSQL
-// sink (nil when target.postgres is not configured) and the target.kafka
+// sink (an untyped nil when target.postgres is not configured) and the target.kafka
 // section (nil when not configured):
 //
 //   - postgres only: pg;

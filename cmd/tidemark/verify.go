@@ -153,11 +153,10 @@ func runVerify(ctx context.Context, cfg *Config, vc VerifyConfig, tables []strin
 	if err != nil {
 		return nil, err
 	}
-	state, err := openStateTarget(ctx, cfg, log, openCommand)
+	state, err := openStateTarget(ctx, cfg, log, openCommand, &cl)
 	if err != nil {
 		return nil, err
 	}
-	cl.push(state.Close)
 	rec, err := need[verifyRunRecorder](state, "tidemark verify")
 	if err != nil {
 		return nil, err
