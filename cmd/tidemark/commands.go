@@ -69,9 +69,10 @@ func (b *cmdBase) setLogger(lc LogConfig) {
 	b.log = newLogger(lc, b.stderr)
 }
 
-// fail logs that what failed, with err, and returns exitFailed.
-func (b *cmdBase) fail(what string, err error) int {
-	b.log.Error(what, "err", err)
+// fail logs msg ("start failed", "plan failed"…) with err and returns
+// exitFailed.
+func (b *cmdBase) fail(msg string, err error) int {
+	b.log.Error(msg, "err", err)
 	return exitFailed
 }
 
