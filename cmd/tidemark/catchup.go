@@ -59,7 +59,7 @@ func (c *catchupCmd) parseFlags(args []string) error {
 }
 
 func (c *catchupCmd) run(ctx context.Context) int {
-	d, err := assemble(ctx, c.cfg, c.log, c.stderr, nil)
+	d, err := openCatchUp(ctx, c.cfg, c.log, c.stderr)
 	if err != nil {
 		return c.fail("start failed", err)
 	}

@@ -16,7 +16,8 @@ import (
 	"tidemark/sink/kafka"
 )
 
-// daemon is the assembled pipeline of one source.
+// daemon is the assembled pipeline of one source (pipeline and dedupe nil
+// when only openCatchUp built it).
 type daemon struct {
 	tailer *binlog.Tailer
 	reader *binlog.Reader
@@ -61,24 +62,11 @@ type daemon struct {
 // bars (the command's stderr); onApply, if set, is called after every
 // applied batch. The caller closes the daemon.
 func assemble(ctx context.Context, cfg *Config, log *slog.Logger, progress io.Writer, onApply func(*tidemark.Batch, tidemark.ApplyStats, time.Duration)) (_ *daemon, err error) {
-	d := &daemon{targetName: targetName(cfg)}
-	defer d.cl.closeOnError(&err)
-	src, err := openSource(cfg, log, useTailer|useReader, &d.cl)
+	d, err := openCatchUp(ctx, cfg, log, progress)
 	if err != nil {
 		return nil, err
 	}
-	d.tailer, d.reader = src.tailer, src.reader
-	if d.state, d.target, err = openPipelineTarget(ctx, cfg, log, openDaemon, &d.cl); err != nil {
-		return nil, err
-	}
-	if err := d.seedTailer(ctx, src.cfg.Name); err != nil {
-		return nil, err
-	}
-	if d.catchUp, err = newCatchUp(cfg, cfg.fallbackConfig(log, progress), d.reader, d.target, d.state); err != nil {
-		return nil, err
-	}
-	d.registry, _ = d.state.sink.(fallback.Registry)
-	d.clock, _ = d.state.sink.(tidemark.Clock)
+	defer d.cl.closeOnError(&err)
 	if d.registry != nil && d.catchUp != nil && cfg.Target.Kafka == nil {
 		// PostgreSQL alone: a table's snapshot runs beside the stream, a
 		// chunk at a time, on a reader of its own (with Kafka it stays
@@ -101,7 +89,34 @@ func assemble(ctx context.Context, cfg *Config, log *slog.Logger, progress io.Wr
 	return d, nil
 }
 
-// Close closes everything assemble opened, the last opened first.
+// openCatchUp opens what a catch-up or a resync uses (`tidemark catchup`,
+// `tidemark resync`, and the daemon): the source's tailer and reader, the
+// targets, the tailer seeded from them, and the catch-up; not the
+// pipeline nor the dedupe window. The caller closes the daemon.
+func openCatchUp(ctx context.Context, cfg *Config, log *slog.Logger, progress io.Writer) (_ *daemon, err error) {
+	d := &daemon{targetName: targetName(cfg)}
+	defer d.cl.closeOnError(&err)
+	src, err := openSource(cfg, log, useTailer|useReader, &d.cl)
+	if err != nil {
+		return nil, err
+	}
+	d.tailer, d.reader = src.tailer, src.reader
+	if d.state, d.target, err = openPipelineTarget(ctx, cfg, log, openDaemon, &d.cl); err != nil {
+		return nil, err
+	}
+	if err := d.seedTailer(ctx, src.cfg.Name); err != nil {
+		return nil, err
+	}
+	if d.catchUp, err = newCatchUp(cfg, cfg.fallbackConfig(log, progress), d.reader, d.target, d.state); err != nil {
+		return nil, err
+	}
+	d.registry, _ = d.state.sink.(fallback.Registry)
+	d.clock, _ = d.state.sink.(tidemark.Clock)
+	return d, nil
+}
+
+// Close closes everything assemble or openCatchUp opened, the last
+// opened first.
 func (d *daemon) Close() error {
 	return d.cl.close()
 }

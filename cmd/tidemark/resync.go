@@ -58,7 +58,7 @@ type resyncParts struct {
 }
 
 func (c *resyncCmd) run(ctx context.Context) int {
-	d, err := assemble(ctx, c.cfg, c.log, c.stderr, nil)
+	d, err := openCatchUp(ctx, c.cfg, c.log, c.stderr)
 	if err != nil {
 		return c.fail("start failed", err)
 	}
