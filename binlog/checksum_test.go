@@ -2,8 +2,6 @@ package binlog
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,12 +33,7 @@ func vExec(t *testing.T, c *client.Conn, sqls ...string) {
 // vDatabase creates a random database, dropped at cleanup.
 func vDatabase(t *testing.T, c *client.Conn) string {
 	t.Helper()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	db := "vt_" + hex.EncodeToString(b)
-	vExec(t, c, "CREATE DATABASE "+db)
-	t.Cleanup(func() { _, _ = c.Execute("DROP DATABASE IF EXISTS " + db) })
-	return db
+	return testenv.Database(t, c, "vt_")
 }
 
 func TestVerifierTableSchema(t *testing.T) {

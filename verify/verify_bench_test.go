@@ -13,6 +13,7 @@ import (
 	"tidemark/binlog"
 	"tidemark/checkpoint"
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 	"tidemark/sink/postgres"
 )
 
@@ -45,7 +46,7 @@ func BenchmarkVerify(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer pg.Close(ctx)
-	db, control := harness.RandomName("vb_"), harness.RandomName("vbc_")
+	db, control := testenv.Name("vb_"), testenv.Name("vbc_")
 	defer my.Execute("DROP DATABASE IF EXISTS " + db)
 	defer pg.Exec(context.Background(), `DROP SCHEMA IF EXISTS "`+db+`" CASCADE`)
 	defer pg.Exec(context.Background(), `DROP SCHEMA IF EXISTS "`+control+`" CASCADE`)

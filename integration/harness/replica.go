@@ -2,8 +2,6 @@ package harness
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"testing"
@@ -15,16 +13,9 @@ import (
 	"tidemark"
 	"tidemark/binlog"
 	"tidemark/checkpoint"
+	"tidemark/internal/testenv"
 	"tidemark/sink/postgres"
 )
-
-// RandomName returns prefix followed by 10 random hex digits: a database,
-// schema or source name of its own per test.
-func RandomName(prefix string) string {
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	return prefix + hex.EncodeToString(b)
-}
 
 // Replica is one test's source database, target schema (of the same name)
 // and control schema on the local services, replicated on demand by a real
@@ -60,7 +51,7 @@ func NewReplica(t testing.TB, prefix string) *Replica {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pg.Close(context.Background()) })
-	r := &Replica{T: t, Env: env, My: my, PG: pg, DB: RandomName(prefix + "_"), Control: RandomName(prefix + "c_")}
+	r := &Replica{T: t, Env: env, My: my, PG: pg, DB: testenv.Name(prefix + "_"), Control: testenv.Name(prefix + "c_")}
 	t.Cleanup(func() {
 		_, _ = my.Execute("DROP DATABASE IF EXISTS " + r.DB)
 		c, err := env.PG(context.Background())

@@ -309,7 +309,7 @@ func (c *campaign) setup() {
 	c.phase = "setup"
 	start := ""
 	if !c.dry {
-		c.db = fmt.Sprintf("nm%d_%s", c.seed%1000000, harness.RandomName("")[:6])
+		c.db = fmt.Sprintf("nm%d_%s", c.seed%1000000, testenv.Name("")[:6])
 		c.prefix = "nm" + strings.TrimPrefix(c.db, "nm")
 		c.group = "nm-apply-" + c.db
 		c.my = c.connectMy()

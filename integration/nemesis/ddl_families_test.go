@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"tidemark/integration/harness"
+	"tidemark/internal/testenv"
 )
 
 // TestFamilyDDLAcceptedByMariaDB: every column type a campaign can write
@@ -24,7 +25,7 @@ func TestFamilyDDLAcceptedByMariaDB(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer my.Close()
-	db := "nm_ddl_" + harness.RandomName("")
+	db := "nm_ddl_" + testenv.Name("")
 	if _, err := my.Execute("CREATE DATABASE `" + db + "`"); err != nil {
 		t.Fatal(err)
 	}
