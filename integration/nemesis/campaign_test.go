@@ -51,6 +51,8 @@ type campaign struct {
 	t      *testing.T
 	seed   uint64
 	rng    *rand.Rand
+	ext    *rand.Rand // the extension draws' stream (ext_test.go)
+	inExt  bool       // c.rng is ext's stream now (withExt)
 	draws  []string
 	env    harness.Env
 	ctx    context.Context
@@ -77,7 +79,11 @@ type campaign struct {
 
 // draw records one draw (every draw of the campaign is in c.draws, in
 // order: the failure report prints them).
+// The extension draws (from c.ext) are marked with a leading "+".
 func (c *campaign) draw(name string, v any) {
+	if c.inExt {
+		name = "+" + name
+	}
 	c.draws = append(c.draws, fmt.Sprintf("%s=%v", name, v))
 }
 
@@ -251,6 +257,7 @@ func runCampaign(t *testing.T, seed uint64) *result {
 	c.env = env
 	c.drawSettings()
 	c.drawTables()
+	c.drawExtTables()
 	c.res.topology = c.s.topology
 	if c.s.topology != "pg" && len(env.KafkaBrokers) == 0 {
 		t.Fatal("the campaign draws a Kafka topology but TIDEMARK_TEST_KAFKA_BROKERS is not set (scripts/services.sh up starts Kafka)")
@@ -342,6 +349,9 @@ func (c *campaign) setup() {
 			}
 		}
 	}
+	if c.s.start == "snapshot" {
+		c.preloadLarge()
+	}
 	if !c.dry {
 		c.config(start)
 	}
@@ -368,13 +378,14 @@ func dryRun(t *testing.T, seed uint64) *campaign {
 	c.dry = true
 	c.drawSettings()
 	c.drawTables()
+	c.drawExtTables()
 	c.setup()
 	c.run()
 	return c
 }
 
 func newCampaign(t *testing.T, seed uint64) *campaign {
-	c := &campaign{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), ctx: context.Background()}
+	c := &campaign{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), ext: rand.New(rand.NewPCG(seed^0x6e656d65, seed)), ctx: context.Background()}
 	c.res.faults = map[string]int{}
 	return c
 }
@@ -464,6 +475,7 @@ func (c *campaign) run() {
 		case "fault":
 			c.fault()
 		}
+		c.extStep(i)
 	}
 	c.burst(c.intn("final.txns", 5, 30), true)
 }

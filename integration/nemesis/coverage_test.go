@@ -17,6 +17,10 @@ func dimensions() map[string][]string {
 	for _, f := range families {
 		fams = append(fams, f.name)
 	}
+	var legacy []string
+	for _, f := range legacyFamilies {
+		legacy = append(legacy, f.name)
+	}
 	return map[string][]string{
 		"topology":             {"pg", "apply", "fanout"},
 		"apply.members":        {"1", "2", "3"},
@@ -38,6 +42,10 @@ func dimensions() map[string][]string {
 		"family":               fams,
 		"tx":                   {"insert", "insert_multi", "update", "update_key", "delete", "hot_key", "mixed", "xa", "big", "delete_many"},
 		"ddl":                  {"add_column", "add_column_default", "drop_column", "rename_column", "modify_column", "add_index", "drop_index", "add_unique", "truncate", "cutover", "drop_create", "resync"},
+		"legacy_charset":       legacy,
+		"long_name":            {"true", "false"},
+		"large_table":          {"true", "false"},
+		"ext_fault":            {"lock_session_kill", "checkpoint_delete", "nul_byte"},
 		"fault": {"kill9_tailer", "stopcont_tailer", "kill9_standby", "kill9_applier", "stopcont_applier", "pg_restart", "mariadb_restart",
 			"net_reset", "net_latency", "net_blackhole", "purge_while_down", "kafka_restart", "partitions_increase"},
 	}
@@ -50,6 +58,7 @@ func covered(c *campaign) map[string]bool {
 	out := map[string]bool{}
 	for _, d := range c.draws {
 		k, v, _ := strings.Cut(d, "=")
+		k = strings.TrimPrefix(k, "+")
 		v, _, _ = strings.Cut(v, " ")
 		switch {
 		case tableDraw.MatchString(k):
@@ -78,7 +87,11 @@ func cost(c *campaign) int {
 	n := 0
 	for _, d := range c.draws {
 		k, v, _ := strings.Cut(d, "=")
-		switch k {
+		switch strings.TrimPrefix(k, "+") {
+		case "large_rows":
+			n += atoi(v) / 40
+		case "ext_fault":
+			n += map[string]int{"checkpoint_delete": 60}[v] + 20
 		case "rows":
 			_, r, _ := strings.Cut(v, ":")
 			n += atoi(r) / 20

@@ -31,7 +31,7 @@ func TestFamilyDDLAcceptedByMariaDB(t *testing.T) {
 	}
 	defer func() { _, _ = my.Execute("DROP DATABASE IF EXISTS `" + db + "`") }()
 	r := rand.New(rand.NewPCG(1, 2))
-	for _, f := range families {
+	for _, f := range append(append([]family(nil), families...), legacyFamilies...) {
 		tbl := fmt.Sprintf("`%s`.`%s`", db, f.name)
 		b := backfill(f)
 		steps := []string{

@@ -111,7 +111,7 @@ func (c *campaign) ddl() {
 		for tb.shape == old {
 			tb.shape = c.weighted("new_shape", map[string]int{"pk": 1, "uk1": 1, "uk2": 1, "cpk": 1, "nullu": 1})
 		}
-		tb.live, tb.indexes, tb.cols = nil, nil, nil
+		tb.live, tb.indexes, tb.cols, tb.extCols = nil, nil, nil, nil
 		for j := c.intn("columns", 1, 4); j > 0; j-- {
 			f := families[c.rng.IntN(len(families))]
 			c.draw("family", f.name)
@@ -184,7 +184,11 @@ func backfill(f family) family {
 // by one atomic RENAME TABLE, and the old table dropped.
 func (c *campaign) cutover(tb *table, alter func(...string)) {
 	q := func(n string) string { return "`" + c.db + "`.`" + n + "`" }
-	gho, del := "_"+tb.name+"_gho", "_"+tb.name+"_del"
+	base := tb.name
+	if len(base) > 59 {
+		base = base[:59] // MariaDB's names are 64 characters at most
+	}
+	gho, del := "_"+base+"_gho", "_"+base+"_del"
 	alter("CREATE TABLE " + q(gho) + " LIKE " + q(tb.name))
 	added := c.chance("cutover.add_column", 0.5)
 	name := ""
@@ -222,7 +226,7 @@ func (tb *table) allCols() []string {
 	default:
 		out = tb.keyCols()
 	}
-	for _, cl := range tb.cols {
+	for _, cl := range append(append([]col(nil), tb.cols...), tb.extCols...) {
 		out = append(out, cl.name)
 	}
 	return out

@@ -149,6 +149,11 @@ type table struct {
 	mayQuarantine string
 	colSeq        int
 	indexes       []string // secondary index names added by DDL
+	// extCols are value columns of the extension draws (ext_test.go): no
+	// schema change touches them, and their values come from ext, not from
+	// the workload's stream.
+	extCols []col
+	ext     *rand.Rand
 }
 
 func (tb *table) keyCols() []string {
@@ -199,7 +204,7 @@ func (tb *table) keyDDL() []string {
 
 func (tb *table) createSQL(db, name string) string {
 	parts := tb.keyDDL()
-	for _, c := range tb.cols {
+	for _, c := range append(append([]col(nil), tb.cols...), tb.extCols...) {
 		parts = append(parts, fmt.Sprintf("`%s` %s", c.name, c.fam.sqlType))
 	}
 	parts = append(parts, "updated_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6)")
@@ -242,7 +247,7 @@ func (tb *table) insertRows(db string, rnd *rand.Rand, n int) string {
 			names = []string{"id", "email"}
 		}
 	}
-	for _, c := range tb.cols {
+	for _, c := range append(append([]col(nil), tb.cols...), tb.extCols...) {
 		names = append(names, c.name)
 	}
 	var vals []string
@@ -265,6 +270,9 @@ func (tb *table) insertRows(db string, rnd *rand.Rand, n int) string {
 		for _, c := range tb.cols {
 			v = append(v, c.fam.gen(rnd))
 		}
+		for _, c := range tb.extCols {
+			v = append(v, c.fam.gen(tb.ext))
+		}
 		vals = append(vals, "("+strings.Join(v, ", ")+")")
 		tb.live = append(tb.live, r)
 	}
@@ -281,6 +289,11 @@ func (tb *table) update(db string, rnd *rand.Rand, r row) string {
 	for _, c := range tb.cols {
 		if rnd.IntN(2) == 0 {
 			set = append(set, fmt.Sprintf("`%s` = %s", c.name, c.fam.gen(rnd)))
+		}
+	}
+	for _, c := range tb.extCols {
+		if tb.ext.IntN(2) == 0 {
+			set = append(set, fmt.Sprintf("`%s` = %s", c.name, c.fam.gen(tb.ext)))
 		}
 	}
 	if tb.shape == "nullu" && rnd.IntN(4) == 0 {
