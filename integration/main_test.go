@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,20 +26,14 @@ import (
 var binPath string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "tidemark-it-")
+	bin, cleanup, err := harness.BuildTidemark("tidemark-it-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binPath = filepath.Join(dir, "tidemark")
-	build := exec.Command("go", "build", "-o", binPath, "tidemark/cmd/tidemark")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build tidemark:", err)
-		os.Exit(1)
-	}
+	binPath = bin
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 
@@ -285,19 +278,4 @@ func (f *fixture) untilExit(d *daemonProc) context.Context {
 }
 
 // lockedWriter collects a subprocess's output for failure messages.
-type lockedWriter struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *lockedWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
+type lockedWriter = harness.LockedBuffer

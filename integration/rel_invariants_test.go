@@ -663,39 +663,8 @@ func (m *monitor) check(t *testing.T) {
 // one. The trigger's arguments name the business-key columns.
 func i5Setup(t *testing.T, f *fixture, schema string) {
 	t.Helper()
-	s := pgx.Identifier{schema}.Sanitize()
-	sql := fmt.Sprintf(`
-CREATE SCHEMA IF NOT EXISTS %[1]s;
-CREATE TABLE IF NOT EXISTS %[1]s.rel_i5 (tbl text, key text, kind text, old_seq bigint, old_idx int, new_seq bigint, new_idx int, at timestamptz DEFAULT clock_timestamp());
-CREATE TABLE IF NOT EXISTS %[1]s.rel_i5_tomb (tbl text, key text, seq bigint, idx int, PRIMARY KEY (tbl, key));
-CREATE OR REPLACE FUNCTION %[1]s.rel_i5_row() RETURNS trigger LANGUAGE plpgsql AS $f$
-DECLARE k text := ''; j jsonb; tomb record;
-BEGIN
-  IF TG_OP = 'DELETE' THEN j := to_jsonb(OLD); ELSE j := to_jsonb(NEW); END IF;
-  FOR i IN 0 .. TG_NARGS - 1 LOOP
-    IF i > 0 THEN k := k || '|'; END IF;
-    k := k || coalesce(j ->> TG_ARGV[i], '');
-  END LOOP;
-  IF TG_OP = 'UPDATE' THEN
-    IF (NEW._tm_seq, NEW._tm_idx) < (OLD._tm_seq, OLD._tm_idx) THEN
-      INSERT INTO %[1]s.rel_i5 VALUES (TG_TABLE_NAME, k, 'update regressed', OLD._tm_seq, OLD._tm_idx, NEW._tm_seq, NEW._tm_idx);
-    END IF;
-    RETURN NEW;
-  ELSIF TG_OP = 'DELETE' THEN
-    INSERT INTO %[1]s.rel_i5_tomb VALUES (TG_TABLE_NAME, k, OLD._tm_seq, OLD._tm_idx)
-      ON CONFLICT (tbl, key) DO UPDATE SET seq = EXCLUDED.seq, idx = EXCLUDED.idx;
-    RETURN OLD;
-  ELSE
-    SELECT * INTO tomb FROM %[1]s.rel_i5_tomb WHERE tbl = TG_TABLE_NAME AND key = k;
-    IF FOUND AND (NEW._tm_seq, NEW._tm_idx) < (tomb.seq, tomb.idx) THEN
-      INSERT INTO %[1]s.rel_i5 VALUES (TG_TABLE_NAME, k, 'insert after newer delete', tomb.seq, tomb.idx, NEW._tm_seq, NEW._tm_idx);
-    END IF;
-    RETURN NEW;
-  END IF;
-END $f$;
-`, s)
-	if _, err := f.pg.Exec(f.ctx, sql); err != nil {
-		t.Fatalf("set up I5 in %s: %v", s, err)
+	if _, err := f.pg.Exec(f.ctx, harness.I5SetupSQL(schema)); err != nil {
+		t.Fatalf("set up I5 in %s: %v", schema, err)
 	}
 }
 
@@ -703,16 +672,8 @@ END $f$;
 func installI5(t *testing.T, f *fixture, schema, table string, key ...string) {
 	t.Helper()
 	i5Setup(t, f, schema)
-	tbl := pgx.Identifier{schema, table}.Sanitize()
-	args := make([]string, len(key))
-	for i, k := range key {
-		args[i] = "'" + strings.ReplaceAll(k, "'", "''") + "'"
-	}
-	sql := fmt.Sprintf(`DROP TRIGGER IF EXISTS rel_i5 ON %[1]s;
-CREATE TRIGGER rel_i5 BEFORE INSERT OR UPDATE OR DELETE ON %[1]s FOR EACH ROW EXECUTE FUNCTION %[2]s.rel_i5_row(%[3]s);`,
-		tbl, pgx.Identifier{schema}.Sanitize(), strings.Join(args, ", "))
-	if _, err := f.pg.Exec(f.ctx, sql); err != nil {
-		t.Fatalf("install I5 trigger on %s: %v", tbl, err)
+	if _, err := f.pg.Exec(f.ctx, harness.I5InstallSQL(schema, table, key...)); err != nil {
+		t.Fatalf("install I5 trigger on %s.%s: %v", schema, table, err)
 	}
 }
 
@@ -723,32 +684,13 @@ CREATE TRIGGER rel_i5 BEFORE INSERT OR UPDATE OR DELETE ON %[1]s FOR EACH ROW EX
 func watchI5(t *testing.T, f *fixture, schema string) {
 	t.Helper()
 	i5Setup(t, f, schema)
-	s := pgx.Identifier{schema}.Sanitize()
-	ev := pgx.Identifier{"rel_i5_" + schema}.Sanitize()
-	lit := "'" + strings.ReplaceAll(schema, "'", "''") + "'"
-	sql := fmt.Sprintf(`
-CREATE OR REPLACE FUNCTION %[1]s.rel_i5_attach() RETURNS event_trigger LANGUAGE plpgsql AS $f$
-DECLARE obj record; cols text;
-BEGIN
-  FOR obj IN SELECT * FROM pg_event_trigger_ddl_commands() WHERE command_tag = 'CREATE TABLE' AND object_type = 'table' AND schema_name = %[2]s LOOP
-    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = obj.objid AND attname = '_tm_seq' AND NOT attisdropped) THEN
-      CONTINUE;
-    END IF;
-    SELECT string_agg(quote_literal(a.attname), ', ' ORDER BY array_position(i.indkey::int2[], a.attnum)) INTO cols
-      FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey::int2[])
-      WHERE i.indrelid = obj.objid AND i.indisprimary;
-    IF cols IS NOT NULL THEN
-      EXECUTE format('CREATE TRIGGER rel_i5 BEFORE INSERT OR UPDATE OR DELETE ON %%s FOR EACH ROW EXECUTE FUNCTION %%I.rel_i5_row(%%s)', obj.object_identity, %[2]s, cols);
-    END IF;
-  END LOOP;
-END $f$;
-DROP EVENT TRIGGER IF EXISTS %[3]s;
-CREATE EVENT TRIGGER %[3]s ON ddl_command_end WHEN TAG IN ('CREATE TABLE') EXECUTE FUNCTION %[1]s.rel_i5_attach();
-`, s, lit, ev)
-	if _, err := f.pg.Exec(f.ctx, sql); err != nil {
-		t.Fatalf("watch I5 in %s: %v", s, err)
+	ev := "rel_i5_" + schema
+	if _, err := f.pg.Exec(f.ctx, harness.I5WatchSQL(schema, ev)); err != nil {
+		t.Fatalf("watch I5 in %s: %v", schema, err)
 	}
-	t.Cleanup(func() { _, _ = f.pg.Exec(context.Background(), "DROP EVENT TRIGGER IF EXISTS "+ev) })
+	t.Cleanup(func() {
+		_, _ = f.pg.Exec(context.Background(), "DROP EVENT TRIGGER IF EXISTS "+pgx.Identifier{ev}.Sanitize())
+	})
 }
 
 // i5Watched fails the test unless every listed target table carries the
@@ -781,31 +723,7 @@ func checkI5(t *testing.T, f *fixture, schema string, allowResurrect bool) (regr
 
 // readI5 returns what the I5 trigger recorded in schema.
 func readI5(f *fixture, schema string, allowResurrect bool) (regressions, resurrections int, bad []string, err error) {
-	rows, err := f.pg.Query(f.ctx, fmt.Sprintf("SELECT tbl, key, kind, old_seq, old_idx, new_seq, new_idx FROM %s.rel_i5 ORDER BY at", pgx.Identifier{schema}.Sanitize()))
-	if err != nil {
-		return 0, 0, nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var tbl, key, kind string
-		var os, ns int64
-		var oi, ni int32
-		if err := rows.Scan(&tbl, &key, &kind, &os, &oi, &ns, &ni); err != nil {
-			return 0, 0, nil, err
-		}
-		if kind == "insert after newer delete" {
-			resurrections++
-			if allowResurrect {
-				continue
-			}
-		} else {
-			regressions++
-		}
-		if len(bad) < 10 {
-			bad = append(bad, fmt.Sprintf("%s %s: %s: version %d/%d then %d/%d", tbl, key, kind, os, oi, ns, ni))
-		}
-	}
-	return regressions, resurrections, bad, rows.Err()
+	return harness.ReadI5(f.ctx, f.pg, schema, allowResurrect)
 }
 
 // ---------------------------------------------------------------------------

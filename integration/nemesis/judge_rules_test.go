@@ -1,6 +1,10 @@
 package nemesis
 
-import "testing"
+import (
+	"testing"
+
+	"tidemark/integration/harness"
+)
 
 // TestJudgeAcceptsLockHandover: a `run` that stopped because another `run`
 // took its source's lock over (lost the lock, or fenced by the broker) is
@@ -8,7 +12,7 @@ import "testing"
 // an applier's, or a handover to nobody is.
 func TestJudgeAcceptsLockHandover(t *testing.T) {
 	mk := func(role string, exited bool, log string, args ...string) *proc {
-		p := &proc{role: role, args: args, log: &lockedBuf{}, waited: make(chan struct{})}
+		p := &proc{role: role, args: args, log: &harness.LockedBuffer{}, waited: make(chan struct{})}
 		_, _ = p.log.Write([]byte(log))
 		if exited {
 			close(p.waited)

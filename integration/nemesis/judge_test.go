@@ -8,68 +8,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"tidemark/integration/harness"
 )
 
-// watchI5 puts the I5 version-regression trigger on every table the daemon
-// (or an applier) creates in the campaign's schema, keyed by its primary
-// key: every UPDATE that lowers (_tm_seq, _tm_idx) and every INSERT of a
-// key whose deleted version was newer is recorded in nm_i5 (the same
-// trigger as the reliability suite's I5, docs/RELIABILITY.md).
+// watchI5 puts the I5 version-regression trigger (harness.I5WatchSQL, the
+// reliability suite's) on every table the daemon (or an applier) creates
+// in the campaign's schema, keyed by its primary key.
 func watchI5(c *campaign) {
-	s := pgx.Identifier{c.db}.Sanitize()
-	lit := "'" + c.db + "'"
-	ev := pgx.Identifier{"nm_i5_" + c.db}.Sanitize()
-	sql := fmt.Sprintf(`
-CREATE SCHEMA IF NOT EXISTS %[1]s;
-CREATE TABLE %[1]s.nm_i5 (tbl text, key text, kind text, old_seq bigint, old_idx int, new_seq bigint, new_idx int, at timestamptz DEFAULT clock_timestamp());
-CREATE TABLE %[1]s.nm_i5_tomb (tbl text, key text, seq bigint, idx int, PRIMARY KEY (tbl, key));
-CREATE FUNCTION %[1]s.nm_i5_row() RETURNS trigger LANGUAGE plpgsql AS $f$
-DECLARE k text := ''; j jsonb; tomb record;
-BEGIN
-  IF TG_OP = 'DELETE' THEN j := to_jsonb(OLD); ELSE j := to_jsonb(NEW); END IF;
-  FOR i IN 0 .. TG_NARGS - 1 LOOP
-    IF i > 0 THEN k := k || '|'; END IF;
-    k := k || coalesce(j ->> TG_ARGV[i], '');
-  END LOOP;
-  IF TG_OP = 'UPDATE' THEN
-    IF (NEW._tm_seq, NEW._tm_idx) < (OLD._tm_seq, OLD._tm_idx) THEN
-      INSERT INTO %[1]s.nm_i5 VALUES (TG_TABLE_NAME, k, 'update regressed', OLD._tm_seq, OLD._tm_idx, NEW._tm_seq, NEW._tm_idx);
-    END IF;
-    RETURN NEW;
-  ELSIF TG_OP = 'DELETE' THEN
-    INSERT INTO %[1]s.nm_i5_tomb VALUES (TG_TABLE_NAME, k, OLD._tm_seq, OLD._tm_idx)
-      ON CONFLICT (tbl, key) DO UPDATE SET seq = EXCLUDED.seq, idx = EXCLUDED.idx;
-    RETURN OLD;
-  ELSE
-    SELECT * INTO tomb FROM %[1]s.nm_i5_tomb WHERE tbl = TG_TABLE_NAME AND key = k;
-    IF FOUND AND (NEW._tm_seq, NEW._tm_idx) < (tomb.seq, tomb.idx) THEN
-      INSERT INTO %[1]s.nm_i5 VALUES (TG_TABLE_NAME, k, 'insert after newer delete', tomb.seq, tomb.idx, NEW._tm_seq, NEW._tm_idx);
-    END IF;
-    RETURN NEW;
-  END IF;
-END $f$;
-CREATE FUNCTION %[1]s.nm_i5_attach() RETURNS event_trigger LANGUAGE plpgsql AS $f$
-DECLARE obj record; cols text;
-BEGIN
-  FOR obj IN SELECT * FROM pg_event_trigger_ddl_commands() WHERE command_tag = 'CREATE TABLE' AND object_type = 'table' AND schema_name = %[2]s LOOP
-    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = obj.objid AND attname = '_tm_seq' AND NOT attisdropped) THEN
-      CONTINUE;
-    END IF;
-    SELECT string_agg(quote_literal(a.attname), ', ' ORDER BY array_position(i.indkey::int2[], a.attnum)) INTO cols
-      FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey::int2[])
-      WHERE i.indrelid = obj.objid AND i.indisprimary;
-    IF cols IS NOT NULL THEN
-      EXECUTE format('CREATE TRIGGER nm_i5 BEFORE INSERT OR UPDATE OR DELETE ON %%s FOR EACH ROW EXECUTE FUNCTION %%I.nm_i5_row(%%s)', obj.object_identity, %[2]s, cols);
-    END IF;
-  END LOOP;
-END $f$;
-CREATE EVENT TRIGGER %[3]s ON ddl_command_end WHEN TAG IN ('CREATE TABLE') EXECUTE FUNCTION %[1]s.nm_i5_attach();
-`, s, lit, ev)
-	if _, err := c.pg.Exec(c.ctx, sql); err != nil {
-		c.t.Fatalf("set up I5 in %s: %v", s, err)
+	if _, err := c.pg.Exec(c.ctx, harness.I5SetupSQL(c.db)+harness.I5WatchSQL(c.db, "nm_i5_"+c.db)); err != nil {
+		c.t.Fatalf("set up I5 in %s: %v", c.db, err)
 	}
 }
 
@@ -232,20 +179,12 @@ func (c *campaign) judge() {
 
 // readI5 returns what the I5 trigger recorded.
 func (c *campaign) readI5() []string {
-	rows, err := c.pg.Query(c.ctx, fmt.Sprintf("SELECT tbl, key, kind, old_seq, old_idx, new_seq, new_idx FROM %s.nm_i5 ORDER BY at LIMIT 10", pgx.Identifier{c.db}.Sanitize()))
+	_, _, bad, err := harness.ReadI5(c.ctx, c.pg, c.db, false)
 	if err != nil {
-		return []string{"read I5 records: " + err.Error()}
+		return []string{err.Error()}
 	}
-	defer rows.Close()
-	var bad []string
-	for rows.Next() {
-		var tbl, key, kind string
-		var os, ns int64
-		var oi, ni int32
-		if err := rows.Scan(&tbl, &key, &kind, &os, &oi, &ns, &ni); err != nil {
-			return []string{"read I5 records: " + err.Error()}
-		}
-		bad = append(bad, fmt.Sprintf("I5: %s key %s: %s: version %d/%d then %d/%d", tbl, key, kind, os, oi, ns, ni))
+	for i, b := range bad {
+		bad[i] = "I5: " + b
 	}
 	return bad
 }

@@ -4,14 +4,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"tidemark/integration/harness"
 )
 
 // ciSeeds is the fixed seed set of make test: together they draw every
@@ -28,20 +28,14 @@ var knownFailing = map[uint64]string{}
 var binPath string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "tidemark-nemesis-")
+	bin, cleanup, err := harness.BuildTidemark("tidemark-nemesis-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binPath = filepath.Join(dir, "tidemark")
-	build := exec.Command("go", "build", "-o", binPath, "tidemark/cmd/tidemark")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build tidemark:", err)
-		os.Exit(1)
-	}
+	binPath = bin
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 

@@ -6,9 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"tidemark/integration/harness"
 )
 
 // proc is one running tidemark process (run, apply or resync) of a
@@ -17,7 +18,7 @@ type proc struct {
 	role   string // "tailer", "standby", "applier 2", …
 	args   []string
 	cmd    *exec.Cmd
-	log    *lockedBuf
+	log    *harness.LockedBuffer
 	waited chan struct{}
 	// killed is set when the campaign ended the process on purpose (its
 	// exit status is then not a finding).
@@ -31,7 +32,7 @@ func (c *campaign) start(role string, args ...string) *proc {
 	}
 	cmd := exec.Command(binPath, args...)
 	cmd.Env = append(os.Environ(), "NM_MYSQL_PASSWORD="+c.env.MySQLPassword, "NM_PG_DSN="+c.env.PGDSN)
-	p := &proc{role: role, args: args, cmd: cmd, log: &lockedBuf{}, waited: make(chan struct{})}
+	p := &proc{role: role, args: args, cmd: cmd, log: &harness.LockedBuffer{}, waited: make(chan struct{})}
 	cmd.Stderr, cmd.Stdout = p.log, p.log
 	if err := cmd.Start(); err != nil {
 		c.t.Fatalf("start %s: %v", role, err)
@@ -114,23 +115,6 @@ func (c *campaign) runCmd(timeout time.Duration, args ...string) (int, string) {
 		return -1, fmt.Sprintf("%s: %v", strings.Join(args, " "), err)
 	}
 	return cmd.ProcessState.ExitCode(), string(out)
-}
-
-type lockedBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (w *lockedBuf) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *lockedBuf) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }
 
 func tail(s string, n int) string {
