@@ -59,7 +59,7 @@ func runKillNine(t *testing.T, kills int) {
 	if !strings.Contains(d.stderr.String(), "stopped cleanly") {
 		t.Fatalf("no clean-stop log line:\n%s", tail(d.stderr.String(), 20))
 	}
-	mon.check(t)
+	checkMonitor(t, mon, led)
 	diffs := f.checkEqual(t,
 		harness.TableSpec{Database: db, Table: "orders", SourceZone: "Asia/Kolkata"},
 		harness.TableSpec{Database: db, Table: "ticks", SourceZone: "Asia/Kolkata"})
@@ -73,7 +73,7 @@ func runKillNine(t *testing.T, kills int) {
 	}
 	report(t, "F1", figures{
 		"kills": kills, "transactions": w.Stats.Transactions, "inserts": w.Stats.Inserts, "updates": w.Stats.Updates,
-		"deletes": w.Stats.Deletes, "ticks": len(led.ids), "rows_source": diffs[0].SourceRows,
+		"deletes": w.Stats.Deletes, "ticks": led.Ticks(), "rows_source": diffs[0].SourceRows,
 		"mismatches": mismatches, "i5_regressions": regr, "i5_resurrections": resur,
 		"recovery_p50_ms": ms(percentile(recoveries, 0.5)), "recovery_p99_ms": ms(percentile(recoveries, 0.99)),
 		"recovery_max_ms": ms(percentile(recoveries, 1)), "peak_rss_mib": peak / 1024, "duration_s": int(time.Since(began).Seconds()),

@@ -199,7 +199,7 @@ func TestF12TargetTableLocked(t *testing.T) {
 	})
 	f.caughtUpIn(t, db, d, 2*time.Minute)
 	i5Watched(t, f, db, "orders", "ticks")
-	led.start(t, 20*time.Millisecond)
+	startLedger(t, led, 20*time.Millisecond)
 	load := startLoad(t, f.env, w, false, 5*time.Millisecond)
 	time.Sleep(2 * time.Second)
 
@@ -246,7 +246,7 @@ func TestF12TargetTableLocked(t *testing.T) {
 	if code := d.stop(t); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, tail(d.stderr.String(), 20))
 	}
-	mon.check(t)
+	checkMonitor(t, mon, led)
 	diffs := f.checkEqual(t,
 		harness.TableSpec{Database: db, Table: "orders", SourceZone: "Asia/Kolkata"},
 		harness.TableSpec{Database: db, Table: "ticks", SourceZone: "Asia/Kolkata"})

@@ -60,7 +60,7 @@ func startNetworkRun(t *testing.T, prefix string) *networkRun {
 	})
 	f.caughtUpIn(t, db, r.d, 2*time.Minute)
 	i5Watched(t, f, db, "orders", "ticks")
-	r.led.start(t, 20*time.Millisecond)
+	startLedger(t, r.led, 20*time.Millisecond)
 	r.load = startLoad(t, f.env, r.w, false, 10*time.Millisecond)
 	r.began = time.Now()
 	return &networkRun{restartRun: r, myP: myP, pgP: pgP}

@@ -38,8 +38,8 @@ func TestF5PurgedWhileDownFallbackConverges(t *testing.T) {
 	// tick the snapshot did not read), and through every catch-up.
 	watchI5(t, f, db)
 	mon := startMonitor(t, f, db, db, led)
-	mon.watchWatermark("orders", "updated_at", "Asia/Kolkata")
-	led.start(t, 5*time.Millisecond)
+	mon.WatchWatermark("orders", "updated_at", "Asia/Kolkata")
+	startLedger(t, led, 5*time.Millisecond)
 	d := f.startDaemon(t, cfg)
 	f.caughtUpIn(t, db, d, 2*time.Minute)
 	i5Watched(t, f, db, "orders", "ticks")
@@ -84,7 +84,7 @@ func TestF5PurgedWhileDownFallbackConverges(t *testing.T) {
 		t.Fatalf("exit %d:\n%s", code, tail(d.stderr.String(), 20))
 	}
 	logs.WriteString(d.stderr.String())
-	mon.check(t)
+	checkMonitor(t, mon, led)
 	diffs := f.checkEqual(t,
 		harness.TableSpec{Database: db, Table: "orders", SourceZone: "Asia/Kolkata"},
 		harness.TableSpec{Database: db, Table: "ticks", SourceZone: "Asia/Kolkata"})
@@ -267,7 +267,7 @@ func TestF6RotatePurgeBehindReader(t *testing.T) {
 	if strings.Contains(logs.String(), "purged") {
 		t.Errorf("the reader lost its position to a purge behind it:\n%s", grepLines(logs.String(), "purged"))
 	}
-	mon.check(t)
+	checkMonitor(t, mon, led)
 	diffs := f.checkEqual(t,
 		harness.TableSpec{Database: db, Table: "orders", SourceZone: "Asia/Kolkata"},
 		harness.TableSpec{Database: db, Table: "ticks", SourceZone: "Asia/Kolkata"})

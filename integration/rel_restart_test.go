@@ -59,7 +59,7 @@ func startRestartRun(t *testing.T, prefix string, o runLoad) *restartRun {
 	r.d = f.startDaemon(t, r.cfg, o.env...)
 	f.caughtUpIn(t, db, r.d, 2*time.Minute)
 	i5Watched(t, f, db, "orders", "ticks")
-	r.led.start(t, 20*time.Millisecond)
+	startLedger(t, r.led, 20*time.Millisecond)
 	r.load = startLoad(t, f.env, r.w, o.reconnect, o.interval)
 	r.began = time.Now()
 	t.Cleanup(func() {
@@ -87,7 +87,7 @@ func (r *restartRun) finish(t *testing.T) (string, int) {
 	if code := r.d.stop(t); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM; stderr:\n%s", code, tail(r.d.stderr.String(), 40))
 	}
-	r.mon.check(t)
+	checkMonitor(t, r.mon, r.led)
 	diffs := f.checkEqual(t,
 		harness.TableSpec{Database: r.db, Table: "orders", SourceZone: "Asia/Kolkata"},
 		harness.TableSpec{Database: r.db, Table: "ticks", SourceZone: "Asia/Kolkata"})
@@ -197,7 +197,7 @@ func runPGRestarts(t *testing.T, restarts int, requireResolution bool) {
 		"transactions": r.w.Stats.Transactions, "duration_s": int(time.Since(r.began).Seconds()),
 		"workload_reconnects":  r.load.failures,
 		"peak_rss_mib":         r.peak,
-		"ledger_unknown_ticks": r.led.unknown,
+		"ledger_unknown_ticks": r.led.Unknown(),
 	})
 }
 

@@ -54,7 +54,7 @@ UPDATE %[1]s.auto SET _tm_seq = 9`, db)); err != nil {
 
 	// I4: the ledger says tick 5 committed at GTID seq 100; the target
 	// lacks it.
-	led := &ledger{env: f.env, db: db, ids: []int64{1, 5}, seqs: []uint64{50, 100}}
+	led := harness.LedgerOf(f.env, db, []int64{1, 5}, []uint64{50, 100})
 	src, err := harness.SourcePosition(f.my)
 	if err != nil {
 		t.Fatal(err)
@@ -77,29 +77,25 @@ ON CONFLICT (source) DO UPDATE SET position = EXCLUDED.position, gtid = EXCLUDED
 		setCkpt(seq)
 		m := startMonitor(t, f, db, db, led)
 		ok := testenv.WaitFor(5*time.Second, func() bool {
-			m.mu.Lock()
-			defer m.mu.Unlock()
-			return strings.Contains(strings.Join(m.violations, "\n"), want)
+			return strings.Contains(strings.Join(m.Violations(), "\n"), want)
 		})
 		m.Stop()
 		if !ok {
-			t.Errorf("%s: the monitor did not report %q (got %v)", name, want, m.violations)
+			t.Errorf("%s: the monitor did not report %q (got %v)", name, want, m.Violations())
 		}
 	}
 	expect("checkpoint past the target's data", 150, "the target holds only 1 of the last 2")
 	expect("checkpoint ahead of the source", 1<<40, "ahead of the source")
 	m := startMonitor(t, f, db, db, nil)
 	setCkpt(60)
-	testenv.WaitFor(2*time.Second, func() bool { m.mu.Lock(); defer m.mu.Unlock(); return m.havePos })
+	testenv.WaitFor(2*time.Second, m.HavePos)
 	setCkpt(55)
 	ok := testenv.WaitFor(5*time.Second, func() bool {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		return strings.Contains(strings.Join(m.violations, "\n"), "moved backwards")
+		return strings.Contains(strings.Join(m.Violations(), "\n"), "moved backwards")
 	})
 	m.Stop()
 	if !ok {
-		t.Errorf("a checkpoint moving backwards was not reported (%v)", m.violations)
+		t.Errorf("a checkpoint moving backwards was not reported (%v)", m.Violations())
 	}
 
 	// I1: one changed value in the target.
