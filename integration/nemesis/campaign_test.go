@@ -65,7 +65,11 @@ type campaign struct {
 	s      settings
 	tables []*table
 	proxy  *harness.FaultProxy // the daemon's way to MariaDB
-	procs  []*proc
+	// I4 (run → PostgreSQL, version gtid): a ledger of db.ticks and a
+	// monitor of the checkpoint (harness, the reliability suite's).
+	led   *harness.Ledger
+	mon   *harness.Monitor
+	procs []*proc
 	// the campaign's current processes
 	tailer, standby *proc
 	appliers        []*proc
@@ -237,6 +241,9 @@ func (c *campaign) config(start string) {
 			}
 			fmt.Fprintf(&b, "    %s.%s: {column: updated_at%s}\n", c.db, tb.name, dd)
 		}
+		if c.led != nil {
+			fmt.Fprintf(&b, "    %s.ticks: {column: at}\n", c.db)
+		}
 	} else {
 		b.WriteString("fallback:\n  enabled: false\n")
 	}
@@ -265,6 +272,10 @@ func runCampaign(t *testing.T, seed uint64) *result {
 	// One cleanup, in this order: the processes first (nothing may write
 	// while the report is taken and the schemas dropped).
 	t.Cleanup(func() {
+		if c.led != nil {
+			c.led.Stop()
+			c.mon.Stop()
+		}
 		for _, p := range c.procs {
 			if !p.exited() {
 				p.kill()
@@ -333,6 +344,11 @@ func (c *campaign) setup() {
 		for _, tb := range c.tables {
 			c.source(tb.createSQL(c.db, tb.name))
 		}
+		if c.s.topology == "pg" && c.s.version == "gtid" {
+			if c.led, err = harness.NewLedger(c.env, c.my, c.db); err != nil {
+				t.Fatal(err)
+			}
+		}
 		watchI5(c)
 		start = pos.String()
 	}
@@ -356,6 +372,10 @@ func (c *campaign) setup() {
 		c.config(start)
 	}
 	c.startTailers()
+	if c.led != nil {
+		c.led.Start(50 * time.Millisecond)
+		c.mon = harness.StartMonitor(c.env, c.db, c.db, c.led)
+	}
 	for i := 0; i < c.s.members; i++ {
 		c.appliers = append(c.appliers, c.start(fmt.Sprintf("applier %d", i), "apply", "--config", c.cfg))
 	}

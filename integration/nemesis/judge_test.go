@@ -171,6 +171,14 @@ func (c *campaign) judge() {
 		}
 	}
 	fails = append(fails, c.readI5()...)
+	if c.mon != nil {
+		violations, polls, checked := c.mon.Result()
+		fails = append(fails, violations...)
+		if checked == 0 {
+			fails = append(fails, fmt.Sprintf("I4: the monitor never verified a checkpoint against the ledger (%d polls)", polls))
+		}
+		c.t.Logf("I4 monitor: %d polls, %d ledger checks, %d violations", polls, checked, len(violations))
+	}
 	if len(fails) > 0 {
 		c.res.failure = strings.SplitN(fails[0], "\n", 2)[0]
 		t.Errorf("seed %d: %d findings:\n  %s", c.seed, len(fails), strings.Join(fails, "\n  "))
