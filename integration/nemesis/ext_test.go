@@ -118,6 +118,9 @@ func (c *campaign) extStep(i int) {
 		if c.s.topology != "apply" {
 			w["nul_byte"] = 1
 		}
+		if c.s.version == "filepos" {
+			w["gtid_backwards"] = 2
+		}
 		kind := c.weighted("ext_fault", w)
 		c.res.faults[kind]++
 		c.phase = fmt.Sprintf("step %d (ext %s)", i, kind)
@@ -128,6 +131,8 @@ func (c *campaign) extStep(i int) {
 			c.deleteCheckpoint()
 		case "nul_byte":
 			c.nulByte()
+		case "gtid_backwards":
+			c.gtidBackwards()
 		}
 	})
 }
@@ -215,4 +220,22 @@ func (c *campaign) nulByte() {
 	r := tb.live[c.rng.IntN(len(tb.live))]
 	c.source(fmt.Sprintf("UPDATE `%s`.`%s` SET `%s` = CONCAT('nul', CHAR(0), 'byte') WHERE %s", c.db, tb.name, cl.name, tb.where(r)))
 	tb.mayQuarantine = "a NUL byte in " + cl.name + " (documented refusal: PostgreSQL text cannot hold it)"
+}
+
+// gtidBackwards commits one update with a GTID sequence number far below
+// the domain's (gtid_strict_mode off for it, as a mysqlbinlog replay for a
+// point-in-time recovery does; allowed under version: filepos, whose
+// positions of one server order by file and offset: review finding 11).
+func (c *campaign) gtidBackwards() {
+	tb := c.liveTable("table")
+	if tb == nil {
+		return
+	}
+	q := tb.update(c.db, c.rng, tb.live[c.rng.IntN(len(tb.live))])
+	seq := c.intn("gtid_seq_no", 1, 50)
+	c.source("SET GLOBAL gtid_strict_mode = 0", fmt.Sprintf("SET SESSION gtid_seq_no = %d", seq), q, "SET SESSION gtid_seq_no = 0",
+		// The next transaction gets the domain's highest sequence number
+		// + 1: one outside the campaign's database, so that
+		// @@gtid_binlog_pos is ordinary again before strict mode is.
+		"CREATE DATABASE IF NOT EXISTS `"+c.db+"_end`", "DROP DATABASE `"+c.db+"_end`", "SET GLOBAL gtid_strict_mode = 1")
 }
