@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -80,15 +79,16 @@ func errStr(err error) string {
 	return err.Error()
 }
 
-// TestKafkaCheckpointReadByToolWaitsForOpenTransaction: a one-shot tool
-// (`tidemark checkpoint`, doctor, catchup) opens the sink without taking
-// over the transactional id, so a running tailer's transaction may be open
-// while it reads. Another producer holds such a transaction on the
-// checkpoint topic with a newer record of the source: the tool's read must
-// wait for it to end and return the newer position once it commits, and,
-// while it stays open, end with an error naming the offset and the
-// producer, never answer with the older checkpoint as if it were current.
-func TestKafkaCheckpointReadByToolWaitsForOpenTransaction(t *testing.T) {
+// TestKafkaCheckpointReadBeforeActivateIgnoresOthersOpenTransaction: a
+// daemon restarted right after kill -9 reads the checkpoint before it takes
+// over the transactional id (to seed its tailer; it reads again after
+// Activate, which finishes the killed instance's transaction). Another
+// producer's transaction left open on the checkpoint topic — the killed
+// instance's, which the broker aborts only after its transaction timeout —
+// must not make that read fail or wait: it answers with what committed.
+// (A read that waited for it stopped every restart within the timeout:
+// nemesis soak seeds 309020989641, 381136639836, 217018455821, 974100187202.)
+func TestKafkaCheckpointReadBeforeActivateIgnoresOthersOpenTransaction(t *testing.T) {
 	f := newFixture(t)
 	brokers := f.kafka(t)
 	db := testenv.Name("cpt_")
@@ -107,9 +107,8 @@ func TestKafkaCheckpointReadByToolWaitsForOpenTransaction(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	tailer := open(t)
 	first := tlsBatch(db, 1)
-	if _, err := tailer.Apply(ctx, first); err != nil {
+	if _, err := open(t).Apply(ctx, first); err != nil {
 		t.Fatalf("apply: %v", err)
 	}
 	other, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID("other-"+db))
@@ -117,36 +116,18 @@ func TestKafkaCheckpointReadByToolWaitsForOpenTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	// begin opens a transaction of the other producer holding a newer
-	// checkpoint record of the source.
-	begin := func(gtid string) {
-		t.Helper()
-		if err := other.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		rec := &kgo.Record{Topic: prefix + ".checkpoints", Key: []byte(db), Value: []byte(`{"position":"gtid=` + gtid + `","batch":"other"}`)}
-		if err := other.ProduceSync(ctx, rec).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
+	if err := other.BeginTransaction(); err != nil {
+		t.Fatal(err)
 	}
-	tool := open(t) // never activated, as `tidemark checkpoint` opens it
-	begin("0-1-2")
-	go func() {
-		time.Sleep(2 * time.Second)
-		if err := other.EndTransaction(ctx, kgo.TryCommit); err != nil {
-			t.Errorf("commit the other producer's transaction: %v", err)
-		}
-	}()
-	pos, ok, err := tool.Checkpoint(ctx, db)
-	if err != nil || !ok || pos.GTID != "0-1-2" {
-		t.Fatalf("a tool read while another producer's transaction (committed 2 s later) held checkpoint 0-1-2: got %q ok=%v err=%v, want 0-1-2 (the older %s is not current)", pos.String(), ok, err, first.Checkpoint.GTID)
-	}
-	begin("0-1-3")
 	defer other.EndTransaction(context.Background(), kgo.TryAbort)
-	start := time.Now()
-	pos, ok, err = tool.Checkpoint(ctx, db)
-	if err == nil || !strings.Contains(err.Error(), "producer id") || !strings.Contains(err.Error(), prefix+".checkpoints/0@") {
-		t.Fatalf("a tool read while another producer's transaction stays open with checkpoint 0-1-3: got %q ok=%v err=%v after %s, want an error naming the offset and the producer", pos.String(), ok, err, time.Since(start).Round(time.Millisecond))
+	rec := &kgo.Record{Topic: prefix + ".checkpoints", Key: []byte(db), Value: []byte(`{"position":"gtid=0-1-2","batch":"other"}`)}
+	if err := other.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("open transaction: %v (after %s)", err, time.Since(start).Round(time.Millisecond))
+	restarted := open(t) // not activated yet, as the daemon's first read
+	start := time.Now()
+	pos, ok, err := restarted.Checkpoint(ctx, db)
+	if err != nil || !ok || pos.GTID != first.Checkpoint.GTID {
+		t.Fatalf("a read before Activate beside another producer's open transaction: got %q ok=%v err=%v after %s, want the committed %s", pos.String(), ok, err, time.Since(start).Round(time.Millisecond), first.Checkpoint.GTID)
+	}
 }

@@ -190,27 +190,18 @@ func (partitionZero) Partition(*kgo.Record, int) int       { return 0 }
 // after a commit the sink's own record is read as open (and on a new topic
 // the read found "no checkpoint"). The read is then repeated until that
 // transaction ends; one still open after openWait is an error naming it,
-// never an older answer. A sink that has not taken over the transactional
-// id (a one-shot tool: `tidemark checkpoint`, doctor, catchup, reading
-// while the tailer runs) treats a record of source in any producer's open
-// transaction so: that transaction may commit a newer checkpoint. The
-// daemon reads after Activate, which makes the broker finish the
-// transaction an older instance of its id left, and leaves another
-// producer's open transaction out.
+// never an older answer. Another producer's open transaction is left out as
+// before: the daemon reads after Activate, which makes the broker finish the
+// transaction an older instance of its id left.
 func (s *Sink) readCheckpoint(ctx context.Context, source string) (checkpoint, sourceState, bool, error) {
-	deadline, openAt := time.Now().Add(s.openWait()), int64(-1)
+	deadline := time.Now().Add(s.openWait())
 	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
 		c, st, ok, open, err := s.readCheckpointOnce(ctx, source)
 		if err != nil || open == nil {
 			return c, st, ok, err
 		}
-		if open.Offset != openAt {
-			// Another transaction than the last read's: the writer
-			// moves on, each of its transactions gets the full wait.
-			deadline, openAt = time.Now().Add(s.openWait()), open.Offset
-		}
 		if time.Now().After(deadline) {
-			return checkpoint{}, sourceState{}, false, fmt.Errorf("read checkpoint of %s: its record at %s/0@%d is in a transaction (producer id %d) still open after %s: the checkpoint is unknown until that transaction ends (the broker aborts a transaction its producer left after its transaction timeout)",
+			return checkpoint{}, sourceState{}, false, fmt.Errorf("read checkpoint of %s: its record at %s/0@%d is in a transaction (producer id %d) still open after %s: the checkpoint is unknown until that transaction ends",
 				source, s.cfg.CheckpointTopic, open.Offset, open.ProducerID, s.openWait())
 		}
 		select {
@@ -273,7 +264,7 @@ func (s *Sink) readCheckpointOnce(ctx context.Context, source string) (_ checkpo
 			return checkpoint{}, sourceState{}, false, nil, err
 		}
 		if (rec != nil && !orphan) || lo == start {
-			if open != nil && (rec == nil || open.Offset > rec.Offset || !s.active) {
+			if open != nil && (rec == nil || open.Offset > rec.Offset) {
 				return checkpoint{}, sourceState{}, false, open, nil
 			}
 			if rec == nil {
@@ -291,10 +282,7 @@ func (s *Sink) readCheckpointOnce(ctx context.Context, source string) (_ checkpo
 // scanCheckpoints reads partition 0 of the checkpoint topic from lo up to
 // end (exclusive) and returns the last committed record with key source.
 // open is the record with key source of this sink's own producer (after a
-// commit of its own) whose transaction is still open at end, or, when the
-// sink has not taken over the transactional id, the newest such record of
-// any producer; orphan reports a commit marker whose transaction began
-// below lo.
+// commit of its own) whose transaction is still open at end; orphan reports a commit marker whose transaction began below lo.
 func (s *Sink) scanCheckpoints(ctx context.Context, lo, end int64, source string) (last, open *kgo.Record, orphan bool, err error) {
 	// The records up to end exist, so this is quick unless the broker is
 	// unreachable or the tail was removed (the caller retries).
@@ -362,13 +350,6 @@ func (s *Sink) scanCheckpoints(ctx context.Context, lo, end int64, source string
 		if done {
 			if own, ok := s.committedPID(); ok {
 				open = pending[own]
-			}
-			if !s.active {
-				for _, r := range pending {
-					if r != nil && (open == nil || r.Offset > open.Offset) {
-						open = r
-					}
-				}
 			}
 			return last, open, orphan, nil
 		}
