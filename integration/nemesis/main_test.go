@@ -18,7 +18,7 @@ import (
 // dimension the runner has (TestCISeedsCoverEveryDimension checks it).
 // A seed that fails on main is not here but in knownFailing, until its fix
 // lands.
-var ciSeeds = []uint64{119, 139, 233, 135, 247, 38, 6, 273, 274, 279, 262, 60, 5, 15, 11, 9, 49, 19}
+var ciSeeds = []uint64{139, 233, 135, 247, 38, 6, 273, 274, 279, 262, 60, 15, 11, 49, 19}
 
 // knownFailing maps seeds that fail on main to their finding (issue 22's
 // numbers where it is one of them). They are replayed by
@@ -27,6 +27,9 @@ var knownFailing = map[uint64]string{
 	121:          "a standby and kill -9 (of the standby or the tailer): the tailer that holds the lock stops, exit 1, 'stream binlog …: ERROR 4052 (HY000): A slave with the same server_uuid/server_id is already connected' (the killed process's binlog dump lingers on MariaDB; not retried); also seed 25",
 	25:           "as 121: ERROR 4052 'A slave with the same server_uuid/server_id is already connected' stops the tailer after a kill -9, exit 1",
 	219:          "the source's checkpoint deleted while the tailer is down (docs/FAILOVER.md: to start over), then a restart from source.start_position (run → PostgreSQL, after DDL): t1 is quarantined replaying its history ('decimal(22,6) → decimal(18,4) cannot be followed losslessly') and t2 ends with 100 rows whose DATETIME column is NULL in the target, nothing said",
+	119:          "CI check 2026-12-02 02:10 (clean clone of ee9041c): the I5 monitor saw 'insert after newer delete: version 92278/54 then 92276/5' on t2 (a row inserted with a version below its key's delete); passed earlier the same day; not analysed",
+	5:            "CI check 2026-12-02: since the draws gained a 63-byte table name, t1_long_name_… ends with 145 changed rows (same count, no error: wrong in silence); not analysed",
+	9:            "CI check 2026-12-02: the standby stops, ERROR 4052 'A slave with the same server_uuid/server_id is already connected' (as 121)",
 	112235448234: "soak 2026-12-02: a table without a primary key inside a first-run snapshot stops the daemon ('initial snapshot … catch up t1: table has no primary key (configure business_keys for it)') instead of quarantining that table as the stream does; not analysed",
 	107849400749: "soak 2026-12-02: the first-run snapshot catches up _t2_gho (the gh-ost cut-over's ghost table) after it was renamed away and stops: 'table not found on source'; not analysed",
 	294:          "scale-out, no standby: pg_terminate_backend of the tailer's source-lock session; the tailer stops ('source lock lost … the stored checkpoint … is past this process's last commit: another process wrote while the lock was free') though no other process ran, and exits 0; the tables stay behind, a backfill never applied",
