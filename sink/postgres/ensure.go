@@ -35,8 +35,11 @@ func (s *Sink) ddlTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 // primary key is the business key and is checked at once (not deferred), so
 // a COPY of an existing key fails instead of adding a second row. proj is
 // set when d is an older layout than the table's whose rows leave columns
-// out (older.go).
-func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, directSafe *bool, proj **projection) error {
+// out (older.go). at is the version of a change written with d's layout
+// (zero: none known), the layout's version when d.table.Since is zero
+// (layoutVersion).
+func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, at tidemark.Version, directSafe *bool, proj **projection) error {
+	at = layoutVersion(d, at)
 	t, err := readTarget(ctx, tx, d.qname)
 	if err != nil {
 		return d.wrap("read the target schema of", err)
@@ -45,7 +48,9 @@ func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, directSafe 
 		if err := d.create(ctx, tx); err != nil {
 			return err
 		}
-		if err := setAlignment(ctx, tx, d.qname, alignmentOf(d.table)); err != nil {
+		a := alignmentOf(d.table)
+		a.Seq, a.Idx = at.Seq, at.Index
+		if err := setAlignment(ctx, tx, d.qname, a); err != nil {
 			return d.wrap("record the schema of", err)
 		}
 		*directSafe = true // created with the business key as primary key
@@ -63,12 +68,12 @@ func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, directSafe 
 			}
 		}
 	}
-	if olderLayout(d, t) {
-		p, err := s.fitOlder(ctx, tx, d, t)
+	if olderLayout(at, t) {
+		p, err := s.fitOlder(ctx, tx, d, at, t)
 		*proj = p
 		return err
 	}
-	ev, err := d.evolve(t, s.cfg.Schema)
+	ev, err := d.evolve(t, s.cfg.Schema, at)
 	if err != nil {
 		return err
 	}
@@ -206,15 +211,16 @@ func (s *Sink) EnsureTable(ctx context.Context, t *tidemark.Table) error {
 	if err != nil {
 		return err
 	}
-	if err := s.ensure(ctx, d, k); err != nil {
+	if err := s.ensure(ctx, d, k, tidemark.Version{}); err != nil {
 		return redact(err, s.secret)
 	}
 	return nil
 }
 
 // ensure creates or evolves d's target table in its own transaction, once
-// per schema and process.
-func (s *Sink) ensure(ctx context.Context, d *tableDef, k defKey) error {
+// per schema and process; at is the version of a change of the batch
+// written with d's layout (zero: none), see ensureTx.
+func (s *Sink) ensure(ctx context.Context, d *tableDef, k defKey, at tidemark.Version) error {
 	if s.isEnsured(k) {
 		return nil
 	}
@@ -222,7 +228,7 @@ func (s *Sink) ensure(ctx context.Context, d *tableDef, k defKey) error {
 	var proj *projection
 	err := tidemark.Retry(ctx, "prepare table "+d.display, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
 		directSafe, proj = false, nil
-		return s.ddlTx(ctx, func(tx pgx.Tx) error { return s.ensureTx(ctx, tx, d, &directSafe, &proj) })
+		return s.ddlTx(ctx, func(tx pgx.Tx) error { return s.ensureTx(ctx, tx, d, at, &directSafe, &proj) })
 	})
 	if err != nil {
 		return err

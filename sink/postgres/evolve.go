@@ -378,8 +378,10 @@ func (d *tableDef) incompatible(format string, args ...any) error {
 }
 
 // evolve computes the DDL that takes the existing target table t to d's
-// source schema under policy.
-func (d *tableDef) evolve(t *targetTable, policy SchemaPolicy) (*evolution, error) {
+// source schema under policy; at is the layout's version (layoutVersion:
+// zero when unknown), which the new alignment records when the layout
+// differs from the one the table is aligned to (or that records none).
+func (d *tableDef) evolve(t *targetTable, policy SchemaPolicy, at tidemark.Version) (*evolution, error) {
 	ev := &evolution{align: alignmentOf(d.table)}
 	q := tidemark.QuotePostgres
 	alter := func(format string, args ...any) {
@@ -392,9 +394,6 @@ func (d *tableDef) evolve(t *targetTable, policy SchemaPolicy) (*evolution, erro
 		oldKey = old.Key
 		ev.align.Kept = slices.Clone(old.Kept)
 		ev.align.Indexes = old.Indexes
-		if d.table.Since == (tidemark.Version{}) {
-			ev.align.Seq, ev.align.Idx = old.Seq, old.Idx
-		}
 	}
 	if newKey := d.table.KeyNames(); !slices.Equal(oldKey, newKey) {
 		return nil, d.incompatible("business key changed from (%s) to (%s)", strings.Join(oldKey, ", "), strings.Join(newKey, ", "))
@@ -484,6 +483,7 @@ func (d *tableDef) evolve(t *targetTable, policy SchemaPolicy) (*evolution, erro
 		}
 	}
 	slices.Sort(ev.align.Kept)
+	ev.align.Seq, ev.align.Idx = alignedSince(d, old, ev.align, at)
 	// NOT NULL: the source's (mirrored, d.notNull), dropped where the
 	// source dropped it; a kept column gets NULL in new rows.
 	for i, c := range d.table.Columns {
@@ -504,6 +504,31 @@ func (d *tableDef) evolve(t *targetTable, policy SchemaPolicy) (*evolution, erro
 		}
 	}
 	return ev, nil
+}
+
+// alignedSince is the version the new alignment a (of d's layout, version
+// at) records: the schema record's (d.table.Since) when the source knows
+// it; else the old alignment's when the layout is the one it describes
+// and it records one (the layout was in effect then already), or at (the
+// version of a change written with the new layout: every change of
+// another layout below it is history, older.go).
+func alignedSince(d *tableDef, old, a *alignment, at tidemark.Version) (uint64, uint32) {
+	if d.table.Since != (tidemark.Version{}) {
+		return d.table.Since.Seq, d.table.Since.Index
+	}
+	if old == nil {
+		return at.Seq, at.Index
+	}
+	if at == (tidemark.Version{}) || (old.since() != (tidemark.Version{}) && sameLayout(old, a)) {
+		return old.Seq, old.Idx
+	}
+	return at.Seq, at.Index
+}
+
+// sameLayout reports whether two alignments describe the same columns, key
+// and kept columns.
+func sameLayout(a, b *alignment) bool {
+	return slices.Equal(a.Columns, b.Columns) && slices.Equal(a.Key, b.Key) && slices.Equal(a.Kept, b.Kept)
 }
 
 // usingFor returns the USING clause of a type change that needs one: a BIT

@@ -445,7 +445,7 @@ func (s *Sink) Plan(ctx context.Context, t *tidemark.Table, idx []tidemark.Index
 					tt.types[c.Name] = canonType(d.types[i])
 				}
 			} else {
-				ev, err := d.evolve(tt, s.cfg.Schema)
+				ev, err := d.evolve(tt, s.cfg.Schema, tidemark.Version{})
 				if err != nil {
 					return err
 				}

@@ -10,22 +10,36 @@ import (
 	"tidemark"
 )
 
-// Older layouts (scale-out appliers). The partitions of a table reach a
-// schema change at different times, and a partition may move to a member
-// that never applied its layout: a member can be asked to write rows of a
-// layout older than the one the target table was evolved to. Evolving the
-// table back to it (the older layout lacks the newer columns, which it
-// would mark as dropped, and a later ensure of the newer layout would then
-// drop and re-add them, or refuse a widened type as a narrowing) wipes
-// values or stops the group. So a layout whose version (Table.Since, from
-// the schema record) is older than the one recorded in the table's
+// Older layouts. A sink can be asked to write rows of a layout older than
+// the one the target table was evolved to:
+//
+//   - a scale-out applier: the partitions of a table reach a schema change
+//     at different times, and a partition may move to a member that never
+//     applied its layout;
+//   - tidemark run, when the stream replays history the target already
+//     holds: the checkpoint deleted to start over, or a start_position
+//     behind it (docs/FAILOVER.md), replays the table's rows from before
+//     its ALTERs into the table as it is now (nemesis seed 219).
+//
+// Evolving the table back to it (the older layout lacks the newer columns,
+// which it would mark as dropped, and a later ensure of the newer layout or
+// the replayed ADD/RENAME COLUMN would then drop and re-add them, or refuse
+// a widened type as a narrowing) wipes values or quarantines the table. So
+// a layout whose version is older than the one recorded in the table's
 // alignment never changes the table's columns or its alignment: its rows
-// are written into the newer table, each column the target holds (with a
-// type that can hold the layout's) written, the others left out (the
-// newer layout dropped them, or the table was dropped and created anew:
-// the partition's own DROP record removes those rows later). A NOT NULL
-// column the older layout does not write is made nullable, like a column
-// the source dropped.
+// are written into the newer table (under the version guard, which skips
+// the replayed changes the table already holds), each column the target
+// holds (with a type that can hold the layout's) written, the others left
+// out (the newer layout dropped them, or the table was dropped and created
+// anew: the partition's own DROP record removes those rows later). A NOT
+// NULL column the older layout does not write is made nullable, like a
+// column the source dropped.
+//
+// The version of a layout is Table.Since when the source knows it (the
+// scale-out tailer's schema records), else the version of a change written
+// with it (layoutVersion): the alignment records the version of the first
+// change the table was created or evolved for, and every change of another
+// layout below it is from before that layout, in one ordered stream.
 
 // projection is how rows of an older layout are written: its columns keep
 // (indexes into the layout's columns) as the table def pdef (key pkey).
@@ -47,19 +61,28 @@ func (p *projection) project(row []any) []any {
 	return out
 }
 
-// olderLayout reports whether d's layout is older than the one target t
-// was last evolved to.
-func olderLayout(d *tableDef, t *targetTable) bool {
-	since := d.table.Since
-	if since == (tidemark.Version{}) || t.align == nil {
-		return false
+// layoutVersion is the version of d's layout: d.table.Since when known,
+// else at (the version of a change written with it, or zero).
+func layoutVersion(d *tableDef, at tidemark.Version) tidemark.Version {
+	if d.table.Since != (tidemark.Version{}) {
+		return d.table.Since
 	}
-	return t.align.since().Compare(since) > 0
+	return at
 }
 
-// fitOlder prepares the rows of d's older layout for target t (in ensureTx's
-// transaction): it returns the projection, nil when every column fits.
-func (s *Sink) fitOlder(ctx context.Context, tx pgx.Tx, d *tableDef, t *targetTable) (*projection, error) {
+// olderLayout reports whether a layout of version at is older than the one
+// target t was last evolved to.
+func olderLayout(at tidemark.Version, t *targetTable) bool {
+	if at == (tidemark.Version{}) || t.align == nil {
+		return false
+	}
+	return t.align.since().Compare(at) > 0
+}
+
+// fitOlder prepares the rows of d's older layout (version at) for target t
+// (in ensureTx's transaction): it returns the projection, nil when every
+// column fits.
+func (s *Sink) fitOlder(ctx context.Context, tx pgx.Tx, d *tableDef, at tidemark.Version, t *targetTable) (*projection, error) {
 	var keep []int
 	var omitted []string
 	for i, c := range d.table.Columns {
@@ -69,7 +92,7 @@ func (s *Sink) fitOlder(ctx context.Context, tx pgx.Tx, d *tableDef, t *targetTa
 			continue
 		}
 		if d.keySet[i] {
-			return nil, d.incompatible("key column %q of an older layout (version %s) does not fit the target table", c.Name, d.table.Since)
+			return nil, d.incompatible("key column %q of an older layout (version %s) does not fit the target table", c.Name, at)
 		}
 		omitted = append(omitted, c.Name)
 	}
@@ -86,13 +109,13 @@ func (s *Sink) fitOlder(ctx context.Context, tx pgx.Tx, d *tableDef, t *targetTa
 	slices.Sort(relaxed)
 	for _, name := range relaxed {
 		stmt := "ALTER TABLE " + d.qname + " ALTER COLUMN " + tidemark.QuotePostgres(name) + " DROP NOT NULL"
-		s.log.Info("rows of an older layout lack a NOT NULL column of the target table; making it nullable", "table", d.display, "column", name, "layout_version", d.table.Since.String())
+		s.log.Info("rows of an older layout lack a NOT NULL column of the target table; making it nullable", "table", d.display, "column", name, "layout_version", at.String())
 		if _, err := tx.Exec(ctx, stmt); err != nil {
 			return nil, d.wrap("alter table", err)
 		}
 	}
-	s.log.Info("rows of an older layout of the table (a partition behind a schema change): written into the newer target table, which keeps its layout",
-		"table", d.display, "layout_version", d.table.Since.String(), "table_version", t.align.since().String(), "columns_left_out", strings.Join(omitted, ","))
+	s.log.Info("rows of an older layout of the table (a replay of its history, or a partition behind a schema change): written into the newer target table, which keeps its layout",
+		"table", d.display, "layout_version", at.String(), "table_version", t.align.since().String(), "columns_left_out", strings.Join(omitted, ","))
 	if len(omitted) == 0 {
 		return nil, nil
 	}
