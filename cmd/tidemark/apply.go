@@ -24,10 +24,16 @@ import (
 //	  group: tidemark-apply-shop   # default tidemark-apply-<source.name>
 //	  topics: '^shop\.'            # regular expression; default ^<topic_prefix>\.
 //	  max_records: 5000            # records per batch (one PostgreSQL transaction)
+//	  partition_change_wait: 60s   # the tailer's wait for the group after partitions were added
 type ApplyConfig struct {
 	Group      string `yaml:"group"`
 	Topics     string `yaml:"topics"`
 	MaxRecords int    `yaml:"max_records"`
+	// PartitionChangeWait bounds how long the tailer waits, when a change
+	// topic's partition count changed since it last published to it, for
+	// the group to apply every record of the old partitions before it
+	// stops (kafka.Config.PartitionChangeWait; default 60s).
+	PartitionChangeWait time.Duration `yaml:"partition_change_wait"`
 }
 
 // applierConfig builds the applier's config from the file's sections.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -521,6 +522,9 @@ func (c *Config) targetErrors() []error {
 		if c.Target.Postgres == nil || c.Target.Kafka == nil {
 			errs = append(errs, errors.New("config: apply: needs target.postgres (written by the appliers, holds the tailer's lock) and target.kafka (the change topics)"))
 		}
+		if c.Apply.PartitionChangeWait < 0 {
+			errs = append(errs, fmt.Errorf("config: apply.partition_change_wait: must be ≥ 0, got %s", c.Apply.PartitionChangeWait))
+		}
 		if c.Apply.MaxRecords < 0 {
 			errs = append(errs, fmt.Errorf("config: apply.max_records: must be ≥ 0, got %d", c.Apply.MaxRecords))
 		}
@@ -694,6 +698,12 @@ type KafkaConfig struct {
 	TLS *TLSConfig `yaml:"tls"`
 	// SASL authenticates to the brokers.
 	SASL *SASLConfig `yaml:"sasl"`
+
+	// appliedOffsets is the apply group's stored offsets of a topic
+	// (the scale-out tailer: kafka.Config.AppliedOffsets); not in the
+	// file.
+	appliedOffsets      func(ctx context.Context, topic string) (map[int32]int64, error)
+	partitionChangeWait time.Duration
 }
 
 // SASLConfig is target.kafka.sasl. The password comes from password (with
@@ -730,26 +740,28 @@ func (k *KafkaConfig) SinkConfig(source string, log *slog.Logger) kafka.Config {
 		txnID = "tidemark-" + source
 	}
 	return kafka.Config{
-		Brokers:            k.Brokers,
-		Security:           k.security(),
-		ClientID:           k.ClientID,
-		TopicPrefix:        k.TopicPrefix,
-		TopicTemplate:      k.TopicTemplate,
-		CheckpointTopic:    k.CheckpointTopic,
-		Tombstones:         k.Tombstones,
-		ExactlyOnce:        k.ExactlyOnce,
-		TransactionalID:    txnID,
-		TransactionTimeout: k.TransactionTimeout,
-		CreateTopics:       create,
-		Partitions:         k.Partitions,
-		ReplicationFactor:  k.ReplicationFactor,
-		TopicConfigs:       k.TopicConfigs,
-		MaxBufferedRecords: k.MaxBufferedRecords,
-		MaxBufferedBytes:   k.MaxBufferedBytes,
-		MaxRecordBytes:     k.MaxRecordBytes,
-		SourceServerID:     k.SourceServerID,
-		ControlRecords:     k.ControlRecords,
-		Logger:             log,
+		Brokers:             k.Brokers,
+		Security:            k.security(),
+		ClientID:            k.ClientID,
+		TopicPrefix:         k.TopicPrefix,
+		TopicTemplate:       k.TopicTemplate,
+		CheckpointTopic:     k.CheckpointTopic,
+		Tombstones:          k.Tombstones,
+		ExactlyOnce:         k.ExactlyOnce,
+		TransactionalID:     txnID,
+		TransactionTimeout:  k.TransactionTimeout,
+		CreateTopics:        create,
+		Partitions:          k.Partitions,
+		ReplicationFactor:   k.ReplicationFactor,
+		TopicConfigs:        k.TopicConfigs,
+		MaxBufferedRecords:  k.MaxBufferedRecords,
+		MaxBufferedBytes:    k.MaxBufferedBytes,
+		MaxRecordBytes:      k.MaxRecordBytes,
+		SourceServerID:      k.SourceServerID,
+		ControlRecords:      k.ControlRecords,
+		AppliedOffsets:      k.appliedOffsets,
+		PartitionChangeWait: k.partitionChangeWait,
+		Logger:              log,
 	}
 }
 

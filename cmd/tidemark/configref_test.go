@@ -182,6 +182,7 @@ func codeDefaults(t *testing.T) map[string]any {
 		"log.format":                        DefaultLogFormat,
 		"metrics.retention_interval":        m.RetentionInterval,
 		"batch.flush_when_idle":             cfg.Batch.flushWhenIdle(),
+		"apply.partition_change_wait":       kafka.DefaultPartitionChangeWait,
 	}
 }
 

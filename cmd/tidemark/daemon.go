@@ -179,6 +179,13 @@ func openPipelineTarget(ctx context.Context, cfg *Config, log *slog.Logger, mode
 func kafkaTarget(ctx context.Context, cfg *Config, lock stateTarget, log *slog.Logger, cl *closers) (tidemark.Sink, error) {
 	kc := *cfg.Target.Kafka
 	kc.ControlRecords = kc.ControlRecords || cfg.Apply != nil
+	if so, ok := lock.sink.(streamOffsets); ok && cfg.Apply != nil {
+		// A change topic's partition count that changed since the
+		// tailer last published to it is accepted once the apply group
+		// has applied the old partitions (kafka.Config.AppliedOffsets).
+		kc.appliedOffsets = appliedOffsets(so, cfg.applierConfig(nil).Group)
+		kc.partitionChangeWait = cfg.Apply.PartitionChangeWait
+	}
 	klog := log.With("component", "kafka")
 	target, err := withKafka(ctx, nil, &kc, cfg.Source.Name, klog, cl)
 	if err != nil {
@@ -203,6 +210,28 @@ func kafkaTarget(ctx context.Context, cfg *Config, lock stateTarget, log *slog.L
 		return kafkaWithDDL{Sink: ks, log: klog}, nil
 	}
 	return target, nil
+}
+
+// streamOffsets is the PostgreSQL sink's store of the apply group's
+// offsets.
+type streamOffsets interface {
+	Offsets(ctx context.Context, group, topic string) ([]tidemark.StreamOffset, error)
+}
+
+// appliedOffsets reads group's next offset of each partition of a topic
+// from so.
+func appliedOffsets(so streamOffsets, group string) func(context.Context, string) (map[int32]int64, error) {
+	return func(ctx context.Context, topic string) (map[int32]int64, error) {
+		offs, err := so.Offsets(ctx, group, topic)
+		if err != nil {
+			return nil, err
+		}
+		out := make(map[int32]int64, len(offs))
+		for _, o := range offs {
+			out[o.Partition] = o.Next
+		}
+		return out, nil
+	}
 }
 
 // fanoutTarget opens Kafka behind the state target: table states, DDL and

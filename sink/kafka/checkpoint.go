@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -26,11 +27,23 @@ import (
 // a commit whose outcome was lost can be recognized when it is read back.
 // Watermarks are the source's per-table catch-up watermarks (UTC, RFC 3339
 // with nanoseconds), all of them in every record, sorted by table; omitted
-// when there are none.
+// when there are none. Partitions (ControlRecords only, present even when
+// empty) are the partition counts of the source's change topics that
+// records were published by, all of them in every record, sorted by topic:
+//
+//	"partitions":[{"topic":"tidemark.shop.orders","count":12}]
+//
+// A record without it predates the field (or has no control records).
 type checkpoint struct {
-	Position   string      `json:"position"`
-	Batch      string      `json:"batch"`
-	Watermarks []watermark `json:"watermarks,omitempty"`
+	Position   string       `json:"position"`
+	Batch      string       `json:"batch"`
+	Watermarks []watermark  `json:"watermarks,omitempty"`
+	Partitions []topicCount `json:"partitions"`
+}
+
+type topicCount struct {
+	Topic string `json:"topic"`
+	Count int32  `json:"count"`
 }
 
 type watermark struct {
@@ -43,6 +56,20 @@ type watermark struct {
 type sourceState struct {
 	pos   tidemark.Position
 	marks map[tidemark.TableID]time.Time
+	// parts are the partition counts of the source's change topics;
+	// counted is false when the record carried none (an older record,
+	// or no control records): the counts are then unknown.
+	parts   map[string]int32
+	counted bool
+}
+
+// withCounts returns st's partition counts with those of live (the counts
+// the sink publishes by now) applied, as a new map.
+func (st sourceState) withCounts(live map[string]int32) map[string]int32 {
+	out := make(map[string]int32, len(st.parts)+len(live))
+	maps.Copy(out, st.parts)
+	maps.Copy(out, live)
+	return out
 }
 
 // withWatermarks returns st's watermarks with ws applied (a watermark never
@@ -61,14 +88,21 @@ func (st sourceState) withWatermarks(ws []tidemark.Watermark) map[tidemark.Table
 	return out
 }
 
-func newCheckpoint(pos tidemark.Position, batch string, marks map[tidemark.TableID]time.Time) checkpoint {
-	c := checkpoint{Position: pos.String(), Batch: batch}
-	for id, v := range marks {
+func newCheckpoint(st sourceState, batch string) checkpoint {
+	c := checkpoint{Position: st.pos.String(), Batch: batch}
+	for id, v := range st.marks {
 		c.Watermarks = append(c.Watermarks, watermark{Database: id.Database, Table: id.Name, Value: v})
 	}
 	slices.SortFunc(c.Watermarks, func(a, b watermark) int {
 		return cmp.Or(cmp.Compare(a.Database, b.Database), cmp.Compare(a.Table, b.Table))
 	})
+	if st.counted {
+		c.Partitions = []topicCount{}
+		for topic, n := range st.parts {
+			c.Partitions = append(c.Partitions, topicCount{Topic: topic, Count: n})
+		}
+		slices.SortFunc(c.Partitions, func(a, b topicCount) int { return cmp.Compare(a.Topic, b.Topic) })
+	}
 	return c
 }
 
@@ -99,6 +133,20 @@ func (c checkpoint) append(dst []byte) ([]byte, error) {
 		}
 		dst = append(dst, ']')
 	}
+	if c.Partitions != nil {
+		dst = append(dst, `,"partitions":[`...)
+		for i, p := range c.Partitions {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, `{"topic":`...)
+			dst = str(dst, p.Topic)
+			dst = append(dst, `,"count":`...)
+			dst = strconv.AppendInt(dst, int64(p.Count), 10)
+			dst = append(dst, '}')
+		}
+		dst = append(dst, ']')
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("encode checkpoint %s: %w", c.Position, err)
 	}
@@ -114,7 +162,13 @@ func parseCheckpoint(source string, value []byte) (checkpoint, sourceState, erro
 	if err != nil {
 		return c, sourceState{}, fmt.Errorf("parse checkpoint record of %s: %w", source, err)
 	}
-	st := sourceState{pos: pos}
+	st := sourceState{pos: pos, counted: c.Partitions != nil}
+	for _, p := range c.Partitions {
+		if st.parts == nil {
+			st.parts = map[string]int32{}
+		}
+		st.parts[p.Topic] = p.Count
+	}
 	for _, w := range c.Watermarks {
 		if st.marks == nil {
 			st.marks = map[tidemark.TableID]time.Time{}
@@ -288,16 +342,7 @@ func (s *Sink) scanCheckpoints(ctx context.Context, lo, end int64, source string
 	// unreachable or the tail was removed (the caller retries).
 	ctx, cancel := context.WithTimeout(ctx, scanTimeout)
 	defer cancel()
-	cl, err := kgo.NewClient(append([]kgo.Opt{
-		kgo.SeedBrokers(s.cfg.Brokers...),
-		kgo.ClientID(s.cfg.ClientID),
-		kgo.WithLogger(s.klog),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{
-			s.cfg.CheckpointTopic: {0: kgo.NewOffset().At(lo)},
-		}),
-		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
-		kgo.KeepControlRecords(),
-	}, s.cfg.kgoOpts...)...)
+	cl, err := s.rawLogClient(s.cfg.CheckpointTopic, map[int32]kgo.Offset{0: kgo.NewOffset().At(lo)})
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("read checkpoint topic %s: %w", s.cfg.CheckpointTopic, err)
 	}
@@ -354,6 +399,20 @@ func (s *Sink) scanCheckpoints(ctx context.Context, lo, end int64, source string
 			return last, open, orphan, nil
 		}
 	}
+}
+
+// rawLogClient is a client that reads the given partitions of topic from
+// the given offsets as they are in the log: records of every transaction
+// (read_uncommitted) and the transaction markers.
+func (s *Sink) rawLogClient(topic string, from map[int32]kgo.Offset) (*kgo.Client, error) {
+	return kgo.NewClient(append([]kgo.Opt{
+		kgo.SeedBrokers(s.cfg.Brokers...),
+		kgo.ClientID(s.cfg.ClientID),
+		kgo.WithLogger(s.klog),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
+		kgo.KeepControlRecords(),
+	}, s.cfg.kgoOpts...)...)
 }
 
 // scanTimeout bounds one scan of the checkpoint topic.

@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -96,6 +97,22 @@ type Config struct {
 	// must skip records with a tm_control header.
 	ControlRecords bool
 
+	// AppliedOffsets, when set, returns the next offset the consumers of
+	// the change topics (the apply group of the scale-out topology) will
+	// read on each partition of topic (a partition missing from the map:
+	// none stored, they start at the log start). With ControlRecords the
+	// sink stores each change topic's partition count in its checkpoint
+	// records; a count that differs from the stored one when the sink
+	// first uses the topic (partitions added while the tailer was
+	// stopped) is accepted only once these offsets show every committed
+	// record of the old partitions consumed, waited for at most
+	// PartitionChangeWait; otherwise Apply fails naming the topic and both
+	// counts. Without it the stored count is not checked.
+	AppliedOffsets func(ctx context.Context, topic string) (map[int32]int64, error)
+	// PartitionChangeWait bounds the wait for AppliedOffsets (default
+	// 60s).
+	PartitionChangeWait time.Duration
+
 	// SourceServerID is the source server's server_id, published in every
 	// envelope's source.server_id (0: published as null).
 	SourceServerID uint32
@@ -130,6 +147,8 @@ const (
 	DefaultMaxBufferedBytes = 64 << 20
 	// DefaultMaxRecordBytes is Config.MaxRecordBytes's default.
 	DefaultMaxRecordBytes = 1 << 20
+	// DefaultPartitionChangeWait is Config.PartitionChangeWait's default.
+	DefaultPartitionChangeWait = 60 * time.Second
 )
 
 func (c Config) withDefaults() Config {
@@ -165,6 +184,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.PartitionChangeWait == 0 {
+		c.PartitionChangeWait = DefaultPartitionChangeWait
 	}
 	c.Security = c.Security.withDefaults()
 	return c

@@ -381,17 +381,14 @@ func (s *Sink) publish(ctx context.Context, b *tidemark.Batch, enc *encodedBatch
 	if b.Checkpoint.IsZero() && len(b.Watermarks) == 0 {
 		return nil
 	}
-	next := sourceState{pos: b.Checkpoint, marks: stored.withWatermarks(b.Watermarks)}
-	if next.pos.IsZero() {
-		next.pos = stored.pos
-	}
+	next := s.nextState(b, stored)
 	if s.hookBeforeCommit != nil {
 		if err := s.hookBeforeCommit(); err != nil {
 			return err
 		}
 	}
 	err := tidemark.Retry(ctx, "publish checkpoint", s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
-		rec, err := s.checkpointRecord(b.Source, newCheckpoint(next.pos, s.nextBatchID(), next.marks))
+		rec, err := s.checkpointRecord(b.Source, newCheckpoint(next, s.nextBatchID()))
 		if err != nil {
 			return err
 		}
@@ -410,14 +407,9 @@ func (s *Sink) publish(ctx context.Context, b *tidemark.Batch, enc *encodedBatch
 // publishTxn is exactly-once delivery: the records and the checkpoint record
 // in one transaction, retried whole.
 func (s *Sink) publishTxn(ctx context.Context, b *tidemark.Batch, enc *encodedBatch, stored sourceState) error {
-	next := sourceState{pos: b.Checkpoint, marks: stored.withWatermarks(b.Watermarks)}
-	if next.pos.IsZero() {
-		// Part of a split transaction: the checkpoint stays where it
-		// is, but the record still marks this transaction as ours.
-		next.pos = stored.pos
-	}
+	next := s.nextState(b, stored)
 	err := tidemark.Retry(ctx, "publish batch in a transaction", s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
-		err := s.attemptTxn(ctx, b.Source, enc, newCheckpoint(next.pos, s.nextBatchID(), next.marks))
+		err := s.attemptTxn(ctx, b.Source, enc, newCheckpoint(next, s.nextBatchID()))
 		if isFenced(err) && s.fenced == nil {
 			fe, ok := errors.AsType[*fencedError](err)
 			if !ok {
@@ -436,6 +428,28 @@ func (s *Sink) publishTxn(ctx context.Context, b *tidemark.Batch, enc *encodedBa
 	}
 	s.stored[b.Source] = next
 	return nil
+}
+
+// nextState is what is committed for b's source once b is: its checkpoint
+// (the stored one for a batch without: part of a split transaction, whose
+// record still marks the transaction as ours), the watermarks, and with
+// ControlRecords the partition counts of the source's topics. Callers
+// hold s.mu.
+func (s *Sink) nextState(b *tidemark.Batch, stored sourceState) sourceState {
+	next := sourceState{pos: b.Checkpoint, marks: stored.withWatermarks(b.Watermarks)}
+	if next.pos.IsZero() {
+		next.pos = stored.pos
+	}
+	if s.cfg.ControlRecords {
+		live := map[string]int32{}
+		for name, n := range s.partitions {
+			if s.topicOwner[name].source == b.Source {
+				live[name] = n
+			}
+		}
+		next.parts, next.counted = stored.withCounts(live), true
+	}
+	return next
 }
 
 // attemptTxn publishes one transaction and commits it. After a failed

@@ -1,15 +1,19 @@
 package kafka
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
+	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"tidemark"
@@ -129,6 +133,9 @@ func (s *Sink) topicFor(ctx context.Context, source string, id tidemark.TableID)
 				return "", err
 			}
 		}
+		if err := s.checkStoredCount(ctx, source, name, n); err != nil {
+			return "", err
+		}
 		s.partitions[name] = n
 		s.watch.expect(name, n)
 	}
@@ -156,7 +163,221 @@ type partitionCountError struct {
 }
 
 func (e *partitionCountError) Error() string {
-	return fmt.Sprintf("the partition count of change topic %s changed from %d to %d while the tailer ran: rows would go to partitions without their schema record, and a key's changes to two partitions; stopping before publishing by the new count (stop the tailer, let every applier catch up, then start it again: it announces the schemas on every partition; docs/kafka.md)", e.topic, e.was, e.live)
+	return fmt.Sprintf("the partition count of change topic %s changed from %d to %d while the tailer ran: rows would go to partitions without their schema record, and a key's changes to two partitions; stopping before publishing by the new count (start the tailer again: it waits until the apply group has applied every record of the old partitions, then announces the schemas on every partition and publishes by the new count; docs/kafka.md)", e.topic, e.was, e.live)
+}
+
+// partitionChangeError is a change topic whose partition count is not the
+// one stored in the checkpoint (or the checkpoint stores none), while the
+// apply group has not applied every record of the old partitions.
+type partitionChangeError struct {
+	topic     string
+	was, live int32 // was < 0: unknown
+	behind    []string
+	waited    time.Duration
+}
+
+func (e *partitionChangeError) Error() string {
+	what := fmt.Sprintf("the partition count of change topic %s is %d, and was %d when the tailer last published to it (partitions added while the tailer was stopped, or while it ran)", e.topic, e.live, e.was)
+	if e.was < 0 {
+		what = fmt.Sprintf("the partition count of change topic %s is %d, and the checkpoint does not say which count the tailer published by (written by an older tidemark)", e.topic, e.live)
+	}
+	return fmt.Sprintf("%s: the apply group has not applied every record of the old partitions after waiting %s (%s), and publishing by the new count now would put a key's next changes on another partition before its earlier ones are applied; stopping before publishing by it (start the appliers, `tidemark apply`, let them catch up, then start the tailer again: it continues once they have; docs/kafka.md)",
+		what, e.waited, strings.Join(e.behind, "; "))
+}
+
+// checkStoredCount compares the partition count n a change topic has when
+// the sink first uses it with the count stored in source's checkpoint
+// (ControlRecords, with AppliedOffsets). A different count (partitions
+// added while the tailer was stopped, or a stop by partitionWatch), or
+// none stored by a checkpoint older than the counts, is accepted once the
+// apply group has applied every committed record of the old partitions
+// (all of them when the old count is unknown): each key's earlier changes
+// are then applied, and the next ones may go to another partition. It
+// waits for that at most cfg.PartitionChangeWait. A topic that the stored
+// counts do not name was never published to by this source. Callers hold
+// s.mu.
+func (s *Sink) checkStoredCount(ctx context.Context, source, topic string, n int32) error {
+	if s.cfg.AppliedOffsets == nil {
+		return nil
+	}
+	st, err := s.state(ctx, source)
+	if err != nil {
+		return err
+	}
+	was, known := st.parts[topic]
+	if st.counted && (!known || was == n) {
+		return nil
+	}
+	old := n
+	if !known {
+		was = -1
+	} else {
+		old = min(was, n)
+	}
+	deadline := time.Now().Add(s.cfg.PartitionChangeWait)
+	for logged := false; ; logged = true {
+		behind, err := s.unapplied(ctx, topic, old)
+		if err != nil {
+			return fmt.Errorf("check partition count of %s: %w", topic, err)
+		}
+		if len(behind) == 0 {
+			if known {
+				s.log.Info("partition count of a change topic changed since the tailer last published to it; the apply group has applied every record of the old partitions: publishing by the new count",
+					"topic", topic, "was", was, "now", n)
+			}
+			return nil
+		}
+		if !time.Now().Before(deadline) {
+			return &partitionChangeError{topic: topic, was: was, live: n, behind: behind, waited: s.cfg.PartitionChangeWait}
+		}
+		if !logged {
+			s.log.Info("partition count of a change topic changed since the tailer last published to it: waiting until the apply group has applied every record of the old partitions",
+				"topic", topic, "was", was, "now", n, "unapplied", strings.Join(behind, "; "), "wait", s.cfg.PartitionChangeWait)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("check partition count of %s: %w", topic, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// unapplied returns the partitions 0..parts-1 of topic that hold committed
+// records the apply group has not applied (cfg.AppliedOffsets), each as
+// "partition P: next offset N, log end E". Transaction markers and aborted
+// records are not records to apply: the partition's log from the group's
+// next offset to its end is read (read_uncommitted, control records kept)
+// and a record counts once its commit marker is read; a record whose
+// transaction is still open counts too.
+func (s *Sink) unapplied(ctx context.Context, topic string, parts int32) ([]string, error) {
+	starts, err := s.adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list start offsets of %s: %w", topic, err)
+	}
+	ends, err := s.adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list end offsets of %s: %w", topic, err)
+	}
+	var next map[int32]int64
+	var behind []string
+	scan := map[int32]kgo.Offset{}
+	end := map[int32]int64{}
+	for p := range parts {
+		so, ok1 := starts.Lookup(topic, p)
+		eo, ok2 := ends.Lookup(topic, p)
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("list offsets of %s: no partition %d", topic, p)
+		}
+		if eo.Offset <= so.Offset {
+			continue // nothing in the log
+		}
+		if next == nil {
+			if next, err = s.cfg.AppliedOffsets(ctx, topic); err != nil {
+				return nil, fmt.Errorf("read the apply group's offsets of %s: %w", topic, err)
+			}
+		}
+		at, ok := next[p]
+		if !ok {
+			at = so.Offset
+		}
+		switch {
+		case at >= eo.Offset:
+		case at < so.Offset || eo.Offset-at > maxUnappliedScan:
+			behind = append(behind, fmt.Sprintf("partition %d: next offset %d, log start %d, end %d", p, at, so.Offset, eo.Offset))
+		default:
+			scan[p], end[p] = kgo.NewOffset().At(at), eo.Offset
+		}
+	}
+	if len(scan) == 0 {
+		return behind, nil
+	}
+	found, err := s.committedRecords(ctx, topic, scan, end)
+	if err != nil {
+		return nil, err
+	}
+	for p, off := range found {
+		behind = append(behind, fmt.Sprintf("partition %d: next offset %d, a record to apply at %d, end %d", p, scan[p].EpochOffset().Offset, off, end[p]))
+	}
+	sort.Strings(behind)
+	return behind, nil
+}
+
+// maxUnappliedScan bounds the log read by unapplied per partition: a
+// group further behind is behind.
+const maxUnappliedScan = 10000
+
+// committedRecords reads each partition of topic from its offset in from
+// up to end (exclusive) and returns, per partition, the offset of the
+// first record that committed (or whose transaction is still open at end).
+func (s *Sink) committedRecords(ctx context.Context, topic string, from map[int32]kgo.Offset, end map[int32]int64) (map[int32]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, scanTimeout)
+	defer cancel()
+	cl, err := s.rawLogClient(topic, from)
+	if err != nil {
+		return nil, fmt.Errorf("read change topic %s: %w", topic, err)
+	}
+	defer cl.Close()
+	found := map[int32]int64{}
+	pending := map[int32]map[int64]int64{} // partition → producer → its open transaction's first record
+	end = maps.Clone(end)                  // a partition read to its end is removed
+	left := len(from)
+	for left > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("read change topic %s up to its end: %w", topic, err)
+		}
+		var ferr error
+		fs.EachError(func(t string, p int32, err error) {
+			ferr = cmp.Or(ferr, fmt.Errorf("read change topic %s/%d: %w", t, p, err))
+		})
+		if ferr != nil {
+			return nil, ferr
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			e, ok := end[r.Partition]
+			if !ok || r.Offset >= e {
+				return
+			}
+			open := pending[r.Partition]
+			if open == nil {
+				open = map[int64]int64{}
+				pending[r.Partition] = open
+			}
+			switch {
+			case r.Attrs.IsControl():
+				if first, ok := open[r.ProducerID]; ok && controlType(r.Key) == controlCommit {
+					if _, seen := found[r.Partition]; !seen {
+						found[r.Partition] = first
+					}
+				}
+				delete(open, r.ProducerID)
+			case !r.Attrs.IsTransactional():
+				if _, seen := found[r.Partition]; !seen {
+					found[r.Partition] = r.Offset
+				}
+			default:
+				if _, ok := open[r.ProducerID]; !ok {
+					open[r.ProducerID] = r.Offset
+				}
+			}
+			if r.Offset >= e-1 {
+				for _, first := range open {
+					if _, seen := found[r.Partition]; !seen || first < found[r.Partition] {
+						found[r.Partition] = first
+					}
+				}
+				delete(end, r.Partition)
+				left--
+			}
+		})
+	}
+	return found, nil
 }
 
 func (w *partitionWatch) expect(topic string, n int32) {
