@@ -39,6 +39,17 @@ import (
 //  4. Rows the chunk does not carry were deleted before the read; the
 //     table was empty at step 1 and every change since is applied in
 //     order, so nothing stays that the source does not hold.
+//  5. The job ends (the table streams from the first chunk's version on,
+//     skipping older changes) only once the last chunk landed and the
+//     committed checkpoint has reached the position of the job's first
+//     capture: every change older than the floor has then been applied.
+//     Ending at the last chunk alone let the floor skip the older
+//     changes the stream had not delivered yet (it lags behind the
+//     capture), after earlier changes of the same keys had been applied
+//     in step 1: a row deleted in the source stayed in the target, its
+//     DELETE counted as skipped (TestBesideSnapshotWaitsForTheStream).
+//     Until then the table's changes and DDL are handled as during the
+//     read (applied; a schema change restarts the job).
 //
 // Recorded keys older than the chunk that landed are forgotten (they drop
 // nothing of a later chunk, whose version is not older): the set holds
@@ -77,6 +88,11 @@ type besideJob struct {
 	// snapAt (zero: none yet); see besideRecapture.
 	snap   Snapshot
 	snapAt time.Time
+	// until is the position of the first capture of this run of the job:
+	// it ends once the committed checkpoint has reached it (step 5).
+	// read: the last chunk landed.
+	until Position
+	read  bool
 }
 
 // besideRecapture is how long one capture stamps the chunks read after it.
@@ -199,6 +215,7 @@ func (p *Pipeline) queueBeside(ctx context.Context, id TableID, reason string, c
 	j.rows, j.dropped, j.chunks, j.resumed, j.started = 0, 0, 0, cursor != nil, time.Now()
 	j.keys = map[Key]Version{}
 	j.snap, j.snapAt = Snapshot{}, time.Time{}
+	j.until, j.read = Position{}, false
 	b.mu.Unlock()
 	p.tables.setApplying(id, cursor != nil)
 	if err := p.setState(ctx, st); err != nil {
@@ -258,8 +275,11 @@ func (a *applier) driveBeside() error {
 		return nil
 	}
 	p.bg.mu.Lock()
-	fresh := j.fresh
+	fresh, read := j.fresh, j.read
 	p.bg.mu.Unlock()
+	if read {
+		return a.finishWhenCaughtUp(j)
+	}
 	if fresh {
 		// Nothing of the table may be applying while its target is
 		// dropped.
@@ -367,6 +387,9 @@ func (a *applier) chunkLanded(r besideChunk) error {
 	if j.chunks == 0 && !j.resumed {
 		j.floor = r.snap.Version
 	}
+	if j.until.IsZero() {
+		j.until = r.snap.Position
+	}
 	j.snap, j.snapAt = r.snap, r.snapAt
 	j.chunks++
 	j.rows += int64(len(r.rows))
@@ -374,7 +397,10 @@ func (a *applier) chunkLanded(r besideChunk) error {
 	st := TableState{Table: j.id, Mode: TableSnapshotting, Reason: j.reason, Floor: j.floor}
 	b.mu.Unlock()
 	if r.next == nil {
-		return a.finishBeside(j)
+		b.mu.Lock()
+		j.read = true
+		b.mu.Unlock()
+		return a.finishWhenCaughtUp(j)
 	}
 	enc, err := EncodeCursor(r.next)
 	if err != nil {
@@ -391,8 +417,44 @@ func (a *applier) chunkLanded(r besideChunk) error {
 	return nil
 }
 
-// finishBeside ends a job whose last chunk landed: the table streams from
-// its first chunk's version on.
+// finishWhenCaughtUp ends a job whose last chunk landed once the committed
+// checkpoint has reached its first capture (step 5); until then it does
+// nothing, and the apply loop calls it again (driveBeside) after its next
+// event (a batch applied, a chunk taken, the state tick).
+func (a *applier) finishWhenCaughtUp(j *besideJob) error {
+	a.p.bg.mu.Lock()
+	until := j.until
+	a.p.bg.mu.Unlock()
+	_, last := a.p.Totals()
+	if !reached(last, until) {
+		return nil
+	}
+	return a.finishBeside(j)
+}
+
+// reached reports whether the committed position last is at or past
+// target: by Position.Compare (one server's binlog order first), or by the
+// GTID sets when they are equal or, MySQL's, when last includes target
+// (set inclusion holds across binlog files: the capture of an idle source
+// after a rotation is in a newer file than the last commit).
+func reached(last, target Position) bool {
+	if c, err := last.Compare(target); err == nil && c >= 0 {
+		return true
+	}
+	if last.GTID == "" || target.GTID == "" || last.Epoch != target.Epoch {
+		return false
+	}
+	if c, err := (Position{GTID: last.GTID}).Compare(Position{GTID: target.GTID}); err == nil && c == 0 {
+		return true
+	}
+	ls, err1 := ParseMySQLGTIDSet(last.GTID)
+	ts, err2 := ParseMySQLGTIDSet(target.GTID)
+	return err1 == nil && err2 == nil && ls.ContainsSet(ts)
+}
+
+// finishBeside ends a job whose last chunk landed and whose first capture
+// the checkpoint has reached: the table streams from its first chunk's
+// version on (nothing older is left to apply).
 func (a *applier) finishBeside(j *besideJob) error {
 	p := a.p
 	if err := p.cfg.Chunks.FinishSnapshot(a.ctx, j.id); err != nil {
