@@ -47,6 +47,13 @@ var (
 	// highest epoch the source's rows were written in (the epoch floor):
 	// its changes would lose to the rows already in the target.
 	ErrEpochRegressed = errors.New("version epoch below the source's epoch floor")
+
+	// ErrTableGone means a table a catch-up or snapshot listed (or was
+	// asked to read) no longer exists on the source: renamed or dropped
+	// since (a gh-ost / pt-osc cut-over renames tables constantly). The
+	// binlog carries the RENAME or DROP, after the position the read
+	// captured, so the stream follows it; the read leaves the table out.
+	ErrTableGone = errors.New("table no longer exists on the source")
 )
 
 // ValueError reports a value that cannot be normalized, naming where it came

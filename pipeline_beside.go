@@ -350,6 +350,9 @@ func (a *applier) chunkLanded(r besideChunk) error {
 			return nil
 		}
 		p.removeBeside(j.id)
+		if errors.Is(r.err, ErrTableGone) {
+			return a.besideGone(j)
+		}
 		return p.quarantine(a.ctx, j.id, fmt.Errorf("snapshot failed: %w", r.err))
 	}
 	b.mu.Lock()
@@ -452,6 +455,23 @@ func reached(last, target Position) bool {
 	return err1 == nil && err2 == nil && ls.ContainsSet(ts)
 }
 
+// besideGone ends the job of a table renamed or dropped while it was
+// snapshotted (a chunk read or the end found it gone), whose RENAME or
+// DROP the loop has not taken yet (it ends the job when it does): the
+// table is snapshotted again inside the loop, which finds nothing to read,
+// empties its target and streams it from a version past the statement, so
+// the chunks that landed do not stay as the table's rows. A table of that
+// name that exists again by then is snapshotted anew.
+func (a *applier) besideGone(j *besideJob) error {
+	p := a.p
+	p.cfg.Logger.Info("table renamed or dropped while it was snapshotted beside the stream: snapshotting it again", "source", p.cfg.Source, "table", j.id.String())
+	// Its changes in flight were applied as the job's.
+	if err := a.wait(); err != nil {
+		return err
+	}
+	return p.resnapshot(a.ctx, j.id, j.reason)
+}
+
 // finishBeside ends a job whose last chunk landed and whose first capture
 // the checkpoint has reached: the table streams from its first chunk's
 // version on (nothing older is left to apply).
@@ -462,6 +482,9 @@ func (a *applier) finishBeside(j *besideJob) error {
 			return nil
 		}
 		p.removeBeside(j.id)
+		if errors.Is(err, ErrTableGone) {
+			return a.besideGone(j)
+		}
 		return p.quarantine(a.ctx, j.id, fmt.Errorf("snapshot failed: %w", err))
 	}
 	p.bg.mu.Lock()

@@ -153,7 +153,7 @@ func readSchema(ctx context.Context, cfg *Config, query queryFunc, json map[stri
 		return nil, fmt.Errorf("read schema of %s: %w", id, err)
 	}
 	if res.RowNumber() == 0 {
-		return nil, fmt.Errorf("read schema of %s: table not found on source %s", id, cfg.Name)
+		return nil, fmt.Errorf("read schema of %s: table not found on source %s: %w", id, cfg.Name, tidemark.ErrTableGone)
 	}
 	tbl := &tidemark.Table{ID: id}
 	excluded := cfg.excludedColumns(id)

@@ -80,6 +80,9 @@ func (r *Reader) Stats() *Stats { return &r.t.stats }
 // read without parameters (the text protocol) returns anyway.
 func castChar(sel string) string { return "CAST(" + sel + " AS CHAR)" }
 
+// exec runs a statement on the metadata connection, retrying transient
+// errors. A table the statement names that does not exist (renamed or
+// dropped since it was listed: ER_NO_SUCH_TABLE) is tidemark.ErrTableGone.
 func (r *Reader) exec(ctx context.Context, q string, args ...any) (*mysql.Result, error) {
 	var res *mysql.Result
 	err := tidemark.Retry(ctx, "query source", queryRetry, isTransient, r.t.rl, func(ctx context.Context) error {
@@ -87,6 +90,10 @@ func (r *Reader) exec(ctx context.Context, q string, args ...any) (*mysql.Result
 		res, err = r.t.query(ctx, q, args...)
 		return err
 	})
+	var me *mysql.MyError
+	if errors.As(err, &me) && me.Code == mysql.ER_NO_SUCH_TABLE {
+		err = fmt.Errorf("%w: %w", err, tidemark.ErrTableGone)
+	}
 	return res, err
 }
 

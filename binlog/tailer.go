@@ -188,8 +188,10 @@ func (t *Tailer) tableFor(ctx context.Context, tm *replication.TableMapEvent) (*
 			return nil, err // the server's settings: every table is affected
 		}
 		// This table only: its rows are skipped and it is reported
-		// (DDLUndecodable) so that the pipeline quarantines it.
-		t.cfg.Logger.Error("cannot decode the rows of a table; it will be quarantined", "source", t.cfg.Name, "table", id.String(), "err", err)
+		// (DDLUndecodable) so that the pipeline quarantines it; the
+		// pipeline's quarantine is the one error line (a table already
+		// quarantined, by a catch-up say, is not logged again).
+		t.cfg.Logger.Warn("cannot decode the rows of a table; reporting it to be quarantined", "source", t.cfg.Name, "table", id.String(), "err", err)
 		ti = &tableInfo{skip: true, err: err, id: id}
 	}
 	t.tables.put(id, key, ti)

@@ -274,8 +274,39 @@ func (c *CatchUp) Run(ctx context.Context) (tidemark.Position, error) {
 
 // RunReport is Run with a report. only, when not empty, restricts the run
 // to those tables and does not move the checkpoint (a manual catch-up of
-// some tables while streaming runs elsewhere).
+// some tables while streaming runs elsewhere, or a resync: its caller
+// encloses it and handles a *tidemark.TableError). A table that no longer
+// exists when its turn comes (renamed or dropped after the capture; its
+// report's Mode is "gone") is left out: the binlog carries the statement.
 func (c *CatchUp) RunReport(ctx context.Context, only []tidemark.TableID) (Report, error) {
+	if len(only) > 0 {
+		return c.run(ctx, runPlan{only: only})
+	}
+	return c.run(ctx, runPlan{checkpoint: c.target})
+}
+
+// runPlan says what one catch-up run covers.
+type runPlan struct {
+	// only restricts the run to those tables, a catch-up of some tables
+	// (a resync) that stores no checkpoint and is enclosed by its
+	// caller. Empty: every table the source lists, but skip.
+	only []tidemark.TableID
+	skip map[tidemark.TableID]bool
+	// quarantine, if set, takes a table the run cannot follow (a
+	// *tidemark.TableError, or a *tidemark.ValueError of one table) out
+	// of the run, which goes on with the next table; nil, the run stops
+	// with the error.
+	quarantine func(ctx context.Context, te *tidemark.TableError) error
+	// checkpoint stores the captured position at the end (not with only).
+	checkpoint tidemark.Sink
+}
+
+// run is one catch-up: one capture, then each table in turn, then the
+// checkpoint. Every table is read after the same capture, so that the
+// stream resumes at one position that is before every read; a table left
+// out of the middle of a run (quarantined, gone) changes nothing for the
+// others.
+func (c *CatchUp) run(ctx context.Context, plan runPlan) (Report, error) {
 	start := time.Now()
 	var rep Report
 	snap, err := c.src.Capture(ctx)
@@ -283,7 +314,7 @@ func (c *CatchUp) RunReport(ctx context.Context, only []tidemark.TableID) (Repor
 		return rep, fmt.Errorf("catch up %s: %w", c.cfg.Source, err)
 	}
 	rep.Snapshot = snap
-	tables := only
+	tables := plan.only
 	if len(tables) == 0 {
 		if tables, err = c.src.Tables(ctx); err != nil {
 			return rep, fmt.Errorf("catch up %s: %w", c.cfg.Source, err)
@@ -294,7 +325,7 @@ func (c *CatchUp) RunReport(ctx context.Context, only []tidemark.TableID) (Repor
 	// process killed during it): nothing after its capture was streamed,
 	// so they are not trusted (first).
 	initial := false
-	if len(only) == 0 {
+	if len(plan.only) == 0 {
 		_, has, err := c.target.Checkpoint(ctx, c.cfg.Source)
 		if err != nil {
 			return rep, fmt.Errorf("catch up %s: read checkpoint: %w", c.cfg.Source, err)
@@ -305,11 +336,31 @@ func (c *CatchUp) RunReport(ctx context.Context, only []tidemark.TableID) (Repor
 	// A catch-up of some tables (a resync: tidemark.Resnapshot) is
 	// enclosed by its caller.
 	bound := c.cfg.Boundaries
-	if len(only) > 0 {
+	if len(plan.only) > 0 {
 		bound = nil
 	}
 	for _, id := range tables {
+		if plan.skip[id] {
+			continue
+		}
 		tr, err := c.table(ctx, snap, id, initial, bound)
+		if errors.Is(err, tidemark.ErrTableGone) && ctx.Err() == nil {
+			// Listed after the capture, so the RENAME or DROP that took
+			// it away is in the binlog after the position the stream
+			// resumes at: the stream follows it (a table renamed into
+			// the stream is snapshotted under its new name then).
+			c.cfg.Logger.Info("table left out of the catch-up: it no longer exists on the source (renamed or dropped after the capture; the binlog carries the statement and the stream follows it)",
+				"table", id.String(), "rows_read", tr.Rows, "err", err)
+			tr.Mode = "gone"
+			rep.Tables = append(rep.Tables, tr)
+			continue
+		}
+		if te := tableErrorOf(err); te != nil && plan.quarantine != nil && ctx.Err() == nil {
+			if err := plan.quarantine(ctx, te); err != nil {
+				return rep, err
+			}
+			continue
+		}
 		rep.Tables = append(rep.Tables, tr)
 		if err != nil {
 			return rep, fmt.Errorf("catch up %s: %w", id, err)
@@ -330,15 +381,35 @@ func (c *CatchUp) RunReport(ctx context.Context, only []tidemark.TableID) (Repor
 			c.cfg.Logger.Warn("hard deletes made while the binlog was unavailable were NOT captured for this table (set delete_detection: keydiff)", "table", id.String())
 		}
 	}
-	if len(only) == 0 {
+	if plan.checkpoint != nil {
 		b := &tidemark.Batch{Source: c.cfg.Source, Checkpoint: snap.Position}
-		if _, err := c.target.Apply(ctx, b); err != nil {
+		if _, err := plan.checkpoint.Apply(ctx, b); err != nil {
 			return rep, fmt.Errorf("catch up %s: store checkpoint %s: %w", c.cfg.Source, snap.Position, err)
 		}
 	}
 	rep.Took = time.Since(start)
 	c.cfg.Logger.Info("catch-up finished", "source", c.cfg.Source, "resume_at", snap.Position.String(), "took", rep.Took.Round(time.Millisecond))
 	return rep, nil
+}
+
+// tableErrorOf returns the table a catch-up cannot follow, nil when err is
+// not one table's: a *tidemark.TableError (no key, an unsupported type, a
+// missing watermark column, rows violating a mirrored constraint), or a
+// *tidemark.ValueError of one table (a value the reader cannot convert: a
+// key DATETIME in a DST gap, zero_dates: error, text that is not UTF-8…),
+// which is its table's problem as on the binlog path.
+func tableErrorOf(err error) *tidemark.TableError {
+	var te *tidemark.TableError
+	var ve *tidemark.ValueError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &te):
+		return te
+	case errors.As(err, &ve) && ve.Table.Name != "":
+		return &tidemark.TableError{Table: ve.Table, Err: ve}
+	}
+	return nil
 }
 
 func (c *CatchUp) tableConfig(id tidemark.TableID) TableConfig {

@@ -17,6 +17,7 @@ type fakeSource struct {
 	capture    func() (tidemark.Snapshot, error)
 	tables     []tidemark.TableID
 	table      *tidemark.Table
+	tableOf    func(id tidemark.TableID) (*tidemark.Table, error) // optional: per table
 	maxTime    func(col string) (time.Time, bool, error)
 	countAbove func(t time.Time) (int64, error)
 	read       func(req tidemark.ReadRequest) (tidemark.ReadResult, error)
@@ -28,6 +29,9 @@ func (f *fakeSource) Tables(ctx context.Context) ([]tidemark.TableID, error) {
 	return f.tables, nil
 }
 func (f *fakeSource) Table(ctx context.Context, id tidemark.TableID) (*tidemark.Table, error) {
+	if f.tableOf != nil {
+		return f.tableOf(id)
+	}
 	return f.table, nil
 }
 func (f *fakeSource) MaxTime(ctx context.Context, id tidemark.TableID, col string) (time.Time, bool, error) {

@@ -22,8 +22,9 @@ type Registry interface {
 // Snapshotter returns the pipeline's tidemark.SnapshotFunc: the catch-up of
 // just those tables (it does not move the checkpoint), stamping rows with
 // the captured version. A table that has no rows gets its empty target
-// table; a table that no longer exists in the source has nothing to
-// snapshot (its target was dropped by the caller). The secondary indexes
+// table; a table that no longer exists in the source (also one renamed or
+// dropped during the read) has nothing to snapshot (its target was dropped
+// by the caller; the stream carries the statement that took it away). The secondary indexes
 // (idx, the source's) are mirrored once the rows are in; a constraint the
 // rows violate fails the snapshot, and the pipeline quarantines the table.
 // report, if set, receives each run's report.
@@ -51,7 +52,7 @@ func (c *CatchUp) Snapshotter(idx tidemark.IndexLister, reg Registry, report fun
 			return tidemark.Version{}, err
 		}
 		for _, tr := range rep.Tables {
-			if tr.Rows > 0 {
+			if tr.Rows > 0 || tr.Mode == "gone" {
 				continue
 			}
 			t, err := c.src.Table(ctx, tr.Table)
@@ -63,6 +64,9 @@ func (c *CatchUp) Snapshotter(idx tidemark.IndexLister, reg Registry, report fun
 			}
 		}
 		for _, tr := range rep.Tables {
+			if tr.Mode == "gone" {
+				continue
+			}
 			if err := mirrorIndexes(ctx, idx, reg, tr.Table); err != nil {
 				return tidemark.Version{}, err
 			}
@@ -75,80 +79,58 @@ func (c *CatchUp) Snapshotter(idx tidemark.IndexLister, reg Registry, report fun
 // without the tables that are not streaming: a quarantined table's changes
 // are skipped until it is resynced, and reading it could only fail on the
 // schema change that quarantined it. A table the run finds it cannot
-// follow (a *tidemark.TableError, e.g. a missing watermark column or rows
-// violating a mirrored constraint) is quarantined in reg, with one log
-// line naming it and the way back, and the run is repeated without it.
-// After the rows, the secondary indexes (idx, the source's) are mirrored.
+// follow (a *tidemark.TableError: no primary key and no business_keys, an
+// unsupported type, a missing watermark column…) is quarantined in reg,
+// with one log line naming it, the reason and the way back, and the run
+// goes on with the next table — after the same capture, as a first run
+// still (every table read in full), so the other tables end exactly as
+// without it. After the rows, the secondary indexes (idx, the source's)
+// are mirrored; a table whose rows violate a mirrored constraint is
+// quarantined too.
 //
 // Like a catch-up of every table it stores the captured position as the
-// checkpoint; when tables were left out, it stores it through checkpoint
-// (the pipeline's target, so that with a fan-out every sink moves).
+// checkpoint, after the mirroring, through checkpoint (the pipeline's
+// target, so that with a fan-out every sink moves).
 //
-// With a nil reg (a target without table states: Kafka alone) it is
-// RunReport of every table.
+// With a nil reg (a target without table states: Kafka alone) a table the
+// run cannot follow is left out the same way and logged; the stream
+// quarantines it (for the process's life, as every quarantine without
+// table states) when its rows arrive.
 func (c *CatchUp) RunStreaming(ctx context.Context, idx tidemark.IndexLister, reg Registry, checkpoint tidemark.Sink) (Report, error) {
-	if reg == nil {
-		return c.RunReport(ctx, nil)
-	}
 	source, log := c.cfg.Source, c.cfg.Logger
-	states, err := reg.TableStates(ctx, source)
-	if err != nil {
-		return Report{}, err
-	}
 	skip := map[tidemark.TableID]bool{}
-	for _, st := range states {
-		if st.Mode != tidemark.TableStreaming {
-			skip[st.Table] = true
-			log.Warn("catch-up leaves out a table that is not streaming", "table", st.Table.String(), "state", string(st.Mode), "reason", st.Reason)
-		}
-	}
-	for {
-		if len(skip) == 0 {
-			rep, err := c.RunReport(ctx, nil)
-			if ok, qerr := c.quarantineOn(ctx, err, reg, skip); ok {
-				continue
-			} else if qerr != nil {
-				return rep, qerr
-			}
-			if err == nil {
-				err = c.mirrorAfterLoad(ctx, rep, idx, reg, skip)
-			}
-			return rep, err
-		}
-		all, err := c.src.Tables(ctx)
+	if reg != nil {
+		states, err := reg.TableStates(ctx, source)
 		if err != nil {
 			return Report{}, err
 		}
-		var only []tidemark.TableID
-		for _, id := range all {
-			if !skip[id] {
-				only = append(only, id)
+		for _, st := range states {
+			if st.Mode != tidemark.TableStreaming {
+				skip[st.Table] = true
+				log.Warn("catch-up leaves out a table that is not streaming", "table", st.Table.String(), "state", string(st.Mode), "reason", st.Reason)
 			}
 		}
-		var rep Report
-		if len(only) == 0 {
-			if rep.Snapshot, err = c.src.Capture(ctx); err != nil {
-				return rep, err
-			}
-		} else if rep, err = c.RunReport(ctx, only); err != nil {
-			if ok, qerr := c.quarantineOn(ctx, err, reg, skip); ok {
-				continue
-			} else if qerr != nil {
-				return rep, qerr
-			}
-			return rep, err
-		}
+	}
+	var tr tidemark.TableRegistry
+	if reg != nil {
+		tr = reg
+	}
+	quarantine := func(ctx context.Context, te *tidemark.TableError) error {
+		return c.quarantine(ctx, te, tr, skip)
+	}
+	rep, err := c.run(ctx, runPlan{skip: skip, quarantine: quarantine})
+	if err != nil {
+		return rep, err
+	}
+	if reg != nil {
 		if err := c.mirrorAfterLoad(ctx, rep, idx, reg, skip); err != nil {
 			return rep, err
 		}
-		// RunReport with a table list leaves the checkpoint alone. It is
-		// stored through the pipeline's target, so that with Kafka as well
-		// both sinks move (the fan-out resumes from the older one).
-		if _, err := checkpoint.Apply(ctx, &tidemark.Batch{Source: source, Checkpoint: rep.Snapshot.Position}); err != nil {
-			return rep, fmt.Errorf("catch up %s: store checkpoint %s: %w", source, rep.Snapshot.Position, err)
-		}
-		return rep, nil
 	}
+	if _, err := checkpoint.Apply(ctx, &tidemark.Batch{Source: source, Checkpoint: rep.Snapshot.Position}); err != nil {
+		return rep, fmt.Errorf("catch up %s: store checkpoint %s: %w", source, rep.Snapshot.Position, err)
+	}
+	return rep, nil
 }
 
 // mirrorIndexes mirrors the source's current secondary indexes of a table
@@ -168,14 +150,15 @@ func mirrorIndexes(ctx context.Context, idx tidemark.IndexLister, reg tidemark.I
 // table whose rows violate a mirrored constraint is quarantined.
 func (c *CatchUp) mirrorAfterLoad(ctx context.Context, rep Report, idx tidemark.IndexLister, reg Registry, skip map[tidemark.TableID]bool) error {
 	for _, tr := range rep.Tables {
-		if skip[tr.Table] {
+		if skip[tr.Table] || tr.Mode == "gone" {
 			continue
 		}
 		err := mirrorIndexes(ctx, idx, reg, tr.Table)
-		if ok, qerr := c.quarantineOn(ctx, err, reg, skip); ok {
+		if te := tableErrorOf(err); te != nil && !skip[te.Table] {
+			if err := c.quarantine(ctx, te, reg, skip); err != nil {
+				return err
+			}
 			continue
-		} else if qerr != nil {
-			return qerr
 		}
 		if err != nil {
 			return err
@@ -184,35 +167,21 @@ func (c *CatchUp) mirrorAfterLoad(ctx context.Context, rep Report, idx tidemark.
 	return nil
 }
 
-// quarantineOn records the table of a *tidemark.TableError (a table whose
-// schema can no longer be followed) or of a *tidemark.ValueError as quarantined and adds it to skip, so
-// that the catch-up is run again without it. It reports whether it did.
-func (c *CatchUp) quarantineOn(ctx context.Context, err error, reg tidemark.TableRegistry, skip map[tidemark.TableID]bool) (bool, error) {
-	var te *tidemark.TableError
-	var ve *tidemark.ValueError
-	switch {
-	case err == nil:
-		return false, nil
-	case errors.As(err, &te):
-	case errors.As(err, &ve) && ve.Table.Name != "":
-		// A value the reader cannot convert (a key DATETIME in a DST
-		// gap, zero_dates: error, text that is not UTF-8…) is its
-		// table's problem, as on the binlog path.
-		te = &tidemark.TableError{Table: ve.Table, Err: ve}
-	default:
-		return false, nil
-	}
-	if skip[te.Table] {
-		return false, nil
-	}
+// quarantine records te's table as quarantined in reg (when there is
+// one: without, the quarantine lasts for this run) and adds it to skip,
+// with one log line naming the table, why, and the way back.
+func (c *CatchUp) quarantine(ctx context.Context, te *tidemark.TableError, reg tidemark.TableRegistry, skip map[tidemark.TableID]bool) error {
 	c.cfg.Logger.Error("table quarantined: its changes are skipped from now on; the other tables continue. Resync it with `tidemark resync --table "+te.Table.String()+"` once the cause is fixed",
 		"table", te.Table.String(), "reason", te.Err.Error())
+	skip[te.Table] = true
+	if reg == nil {
+		return nil
+	}
 	st := tidemark.TableState{Table: te.Table, Mode: tidemark.TableQuarantined, Reason: te.Err.Error()}
 	if err := reg.SetTableState(ctx, c.cfg.Source, st); err != nil {
-		return false, err
+		return fmt.Errorf("quarantine %s: %w", te.Table, err)
 	}
-	skip[te.Table] = true
-	return true, nil
+	return nil
 }
 
 // Chunks returns the pipeline's tidemark.ChunkSnapshotter (snapshots
@@ -244,6 +213,9 @@ func (s *chunks) Chunkable(ctx context.Context, id tidemark.TableID) (bool, erro
 		return false, err
 	}
 	t, err := s.src.Table(ctx, id)
+	if errors.Is(err, tidemark.ErrTableGone) {
+		return false, nil // gone since the listing: nothing to read in chunks
+	}
 	if err != nil {
 		return false, err
 	}

@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"os"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -33,18 +31,7 @@ func TestApplyKillNineDuringFirstSnapshot(t *testing.T) {
 		"CREATE TABLE "+r.db+".zz (id INT PRIMARY KEY, pad VARCHAR(60) NOT NULL)",
 		"INSERT INTO "+r.db+".zz (id, pad) SELECT seq, REPEAT('z', 50) FROM seq_1_to_600000")
 	// A first run: no start position, the fallback snapshots first.
-	b, err := os.ReadFile(r.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	startRE := regexp.MustCompile(`(?m)^  start_position: .*$`)
-	if !startRE.Match(b) {
-		t.Fatalf("config has no start_position:\n%s", b)
-	}
-	b = startRE.ReplaceAll(b, []byte(`  start_position: ""`))
-	if err := os.WriteFile(r.cfg, append(b, "fallback:\n  enabled: true\n  chunk_rows: 500\n"...), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	firstRunConfig(t, r.cfg, 500)
 	ps := &procSet{f: f, t: t}
 	defer ps.killAll()
 	applier := ps.start("apply", "--config", r.cfg)

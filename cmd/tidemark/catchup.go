@@ -103,7 +103,7 @@ func (c *catchupCmd) run(ctx context.Context) int {
 		}
 		// Every table that is streaming (quarantined ones wait for a
 		// resync), then the checkpoint.
-		rep, err = catchUp.RunStreaming(ctx, d.reader, d.registry, d.target)
+		rep, err = catchUp.RunStreaming(ctx, d.reader, d.catchUpRegistry(), d.target)
 	} else {
 		rep, err = catchUp.RunReport(ctx, c.only)
 	}

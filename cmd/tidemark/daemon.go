@@ -121,6 +121,21 @@ func (d *daemon) Close() error {
 	return d.cl.close()
 }
 
+// catchUpRegistry is where an automatic catch-up reads and records the
+// table states: the state target's, or the scale-out tailer's (kept in
+// PostgreSQL beside its lock, as its pipeline does), so that a table the
+// catch-up cannot follow (no primary key…) is quarantined there as the
+// stream would, instead of stopping the tailer. Nil with Kafka alone.
+func (d *daemon) catchUpRegistry() fallback.Registry {
+	if d.registry != nil {
+		return d.registry
+	}
+	if tt, ok := d.target.(tailerTarget); ok {
+		return tt
+	}
+	return nil
+}
+
 // needCatchUp returns the daemon's catch-up, or an error naming the
 // target that cannot store catch-up watermarks.
 func (d *daemon) needCatchUp(user string) (*fallback.CatchUp, error) {
@@ -386,7 +401,7 @@ func (d *daemon) runCatchUp(ctx context.Context) (tidemark.Position, error) {
 		}
 		since = now
 	}
-	rep, err := d.catchUp.RunStreaming(ctx, d.reader, d.registry, d.target)
+	rep, err := d.catchUp.RunStreaming(ctx, d.reader, d.catchUpRegistry(), d.target)
 	if err != nil {
 		return rep.Snapshot.Position, err
 	}
