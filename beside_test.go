@@ -3,10 +3,12 @@ package tidemark
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -301,5 +303,80 @@ func TestBesideReached(t *testing.T) {
 		if got := reached(c.last, c.target); got != c.want {
 			t.Errorf("%s: reached(%s, %s) = %v, want %v", c.name, c.last, c.target, got, c.want)
 		}
+	}
+}
+
+// goneChunks is a ChunkSnapshotter of a table renamed away after its
+// snapshot was queued: Chunkable says yes once, then no (the table is not
+// on the source any more), and every chunk read finds it gone.
+type goneChunks struct{ chunkable int }
+
+func (c *goneChunks) Chunkable(context.Context, TableID) (bool, error) {
+	c.chunkable++
+	return c.chunkable == 1, nil
+}
+
+func (c *goneChunks) Capture(context.Context) (Snapshot, error) {
+	return Snapshot{Position: Position{GTID: "0-1-5"}, Version: Version{Seq: 6}}, nil
+}
+
+func (c *goneChunks) ReadChunk(context.Context, TableID, []any, Snapshot) ([]Change, []any, error) {
+	return nil, nil, fmt.Errorf("read d.t: ERROR 1146 (42S02): Table 'd.t' doesn't exist: %w", ErrTableGone)
+}
+
+func (c *goneChunks) FinishSnapshot(context.Context, TableID) error { return nil }
+
+// TestBesideTableGone (nemesis seed 107849400749, beside the stream): a
+// table renamed or dropped while it is snapshotted beside the stream is
+// not quarantined: the stream carries the statement. It is snapshotted
+// again inside the loop (nothing to read: its target emptied, its floor
+// past the statement) and streams. Before, the failed chunk read
+// quarantined it ("snapshot failed: … doesn't exist").
+func TestBesideTableGone(t *testing.T) {
+	tbl := &Table{ID: TableID{Database: "d", Name: "t"}, Columns: []Column{{Name: "id", Kind: KindInt}}, Key: []int{0}}
+	target := &besideTarget{rows: map[Key]Version{}, states: map[TableID]TableState{}}
+	feed := make(chan Chunk)
+	var snapshots atomic.Int32
+	p, err := NewPipeline(PipelineConfig{Source: "s", MaxDelay: time.Millisecond, StateInterval: time.Hour, Chunks: &goneChunks{},
+		Snapshot: func(context.Context, []TableID) (Version, error) {
+			snapshots.Add(1)
+			return Version{Seq: 50}, nil // the Snapshotter of a table not on the source: its capture
+		}}, &besideSource{feed: feed}, nil, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx, Position{}) }()
+	feed <- Chunk{Changes: []Change{{Op: OpInsert, Table: tbl, After: []any{int64(1)}, Version: Version{Seq: 10, Index: 1}, Size: 10}}, Commit: Position{GTID: "0-1-10"}}
+	var stopped error
+	testenv.Eventually(t, 20*time.Second, "the table streaming again", func() bool {
+		select {
+		case stopped = <-errc:
+			return true
+		default:
+		}
+		target.mu.Lock()
+		defer target.mu.Unlock()
+		st := target.states[tbl.ID]
+		return st.Mode == TableStreaming || st.Mode == TableQuarantined
+	})
+	if stopped != nil {
+		t.Fatalf("the pipeline stopped: %v", stopped)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	st := target.states[tbl.ID]
+	if st.Mode != TableStreaming || st.Floor != (Version{Seq: 50}) {
+		t.Errorf("state %+v, want streaming from the second snapshot's version 50", st)
+	}
+	if n := snapshots.Load(); n != 1 {
+		t.Errorf("%d snapshots inside the loop, want 1", n)
+	}
+	if len(target.rows) != 0 {
+		t.Errorf("target rows %v, want none (the table is gone)", target.rows)
 	}
 }
