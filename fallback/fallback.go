@@ -116,7 +116,9 @@ type Progress struct {
 type TableReport struct {
 	Table tidemark.TableID
 	// Mode is "window", "snapshot" (no watermark yet), "full" (no
-	// watermark column), or "empty" (a snapshot that found no row).
+	// watermark column), "empty" (a snapshot that found no row), or
+	// "gone" (renamed or dropped on the source after the capture: left
+	// out, Rows counts what was read before it went).
 	Mode string
 	// Lower and Upper are the window read (UTC; Lower zero = unbounded).
 	Lower, Upper time.Time
