@@ -115,7 +115,9 @@ func firstRunConfig(t *testing.T, cfgPath string, chunkRows int) {
 // The window is made deterministic with a lock: the test holds LOCK
 // TABLES a_big WRITE, so the snapshot (tables in name order: a_big, t2,
 // _t2_gho) waits on its first read until the test has renamed the tables
-// and unlocks.
+// and unlocks. a_big itself is renamed to a_moved while that read waits
+// (the read then fails with ER_NO_SUCH_TABLE, after the table's schema
+// was read).
 func TestFirstRunSnapshotTableRenamedAway(t *testing.T) {
 	f := newFixture(t)
 	db := testenv.Name("it_frgone_")
@@ -142,40 +144,64 @@ func TestFirstRunSnapshotTableRenamedAway(t *testing.T) {
 	ps := &procSet{f: f, t: t}
 	defer ps.killAll()
 	dp := ps.start("run", "--config", cfg)
-	// The snapshot listed the tables and waits for a_big.
-	if !testenv.WaitFor(60*time.Second, func() bool {
-		if dp.exited() {
-			return true
-		}
-		r, err := f.my.Execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE LIKE 'Waiting for table metadata lock' AND INFO LIKE ?", "%`"+db+"`.`a_big`%")
+	// waiting reports whether a statement like pattern waits for a
+	// metadata lock.
+	waiting := func(pattern string) bool {
+		r, err := f.my.Execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'Waiting for table metadata lock' AND INFO LIKE ?", pattern)
 		if err != nil {
 			return false
 		}
 		n, _ := r.GetInt(0, 0)
 		return n > 0
-	}) || dp.exited() {
+	}
+	// The snapshot listed the tables and waits for a_big.
+	if !testenv.WaitFor(60*time.Second, func() bool { return dp.exited() || waiting("SELECT %`"+db+"`.`a_big`%") }) || dp.exited() {
 		t.Fatalf("the first-run snapshot did not wait for a_big:\n%s", tail(dp.stderr.String(), 20))
 	}
 	f.exec(t, "USE "+db, "RENAME TABLE t2 TO _t2_del, _t2_gho TO t2", "INSERT INTO t2 VALUES (5, 'after')", "UPDATE _t2_del SET v = 'del' WHERE id = 1")
+	// a_big itself is renamed away while the snapshot's read of it waits:
+	// the RENAME (an exclusive lock) goes first when the lock is released,
+	// and the read finds no table (ER_NO_SUCH_TABLE).
+	mover, err := f.env.MySQL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mover.Close()
+	moved := make(chan error, 1)
+	go func() { moved <- harness.Exec(mover, "RENAME TABLE "+db+".a_big TO "+db+".a_moved") }()
+	if !testenv.WaitFor(60*time.Second, func() bool { return waiting("RENAME TABLE %a_big%") }) {
+		t.Fatal("the RENAME of a_big does not wait for the lock")
+	}
 	if err := harness.Exec(lock, "UNLOCK TABLES"); err != nil {
 		t.Fatal(err)
 	}
+	if err := <-moved; err != nil {
+		t.Fatal(err)
+	}
+	f.exec(t, "INSERT INTO "+db+".a_moved VALUES (4, 4)")
 	if !testenv.WaitFor(60*time.Second, func() bool {
 		return dp.exited() || strings.Contains(dp.stderr.String(), "catch-up finished")
 	}) || dp.exited() {
 		t.Fatalf("the first-run snapshot did not finish:\n%s", grepLines(dp.stderr.String(), "level=ERROR")+tail(dp.stderr.String(), 10))
 	}
-	// t2 and _t2_del, renamed into the stream, are snapshotted again
-	// beside it.
-	for _, tb := range []string{"a_big", "t2", "_t2_del"} {
+	for _, gone := range []string{"a_big", "_t2_gho"} {
+		if !strings.Contains(grepLines(dp.stderr.String(), "left out of the catch-up"), "table="+db+"."+gone) {
+			t.Errorf("the snapshot did not leave %s out:\n%s", gone, tail(dp.stderr.String(), 20))
+		}
+	}
+	// t2, _t2_del and a_moved, renamed into the stream, are snapshotted
+	// again beside it.
+	for _, tb := range []string{"a_moved", "t2", "_t2_del"} {
 		ps.converge(harness.TableSpec{Database: db, Table: tb, SourceZone: "UTC"}, tb)
 	}
-	var ghost bool
-	if err := f.pg.QueryRow(f.ctx, "SELECT to_regclass($1) IS NOT NULL", `"`+db+`"."_t2_gho"`).Scan(&ghost); err != nil {
-		t.Fatal(err)
-	}
-	if ghost {
-		t.Errorf("the target still has %s._t2_gho, renamed away in the source", db)
+	for _, gone := range []string{"a_big", "_t2_gho"} {
+		var has bool
+		if err := f.pg.QueryRow(f.ctx, "SELECT to_regclass($1) IS NOT NULL", `"`+db+`"."`+gone+`"`).Scan(&has); err != nil {
+			t.Fatal(err)
+		}
+		if has {
+			t.Errorf("the target still has %s.%s, renamed away in the source", db, gone)
+		}
 	}
 	if s := dp.stderr.String(); strings.Contains(s, "level=ERROR") {
 		t.Errorf("an error was logged:\n%s", grepLines(s, "level=ERROR"))
