@@ -25,8 +25,10 @@ import (
 // "name: definition" (constraints' indexes included).
 func (f *fixture) pgIndexes(t *testing.T, schema, table string) map[string]string {
 	t.Helper()
-	rows, err := f.pg.Query(f.ctx, `SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = $2 AND indexname <> $3`,
-		schema, table, table+"_pkey")
+	// The primary key by pg_index: PostgreSQL cuts its name for a long
+	// table name.
+	rows, err := f.pg.Query(f.ctx, `SELECT x.indexname, x.indexdef FROM pg_indexes x JOIN pg_index i ON i.indexrelid = format('%I.%I', x.schemaname, x.indexname)::regclass
+WHERE x.schemaname = $1 AND x.tablename = $2 AND NOT i.indisprimary`, schema, table)
 	if err != nil {
 		t.Fatal(err)
 	}

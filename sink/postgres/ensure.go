@@ -40,6 +40,9 @@ func (s *Sink) ddlTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 // (layoutVersion).
 func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, at tidemark.Version, directSafe *bool, proj **projection) error {
 	at = layoutVersion(d, at)
+	if err := s.freeTableName(ctx, tx, d); err != nil {
+		return err
+	}
 	t, err := readTarget(ctx, tx, d.qname)
 	if err != nil {
 		return d.wrap("read the target schema of", err)

@@ -75,9 +75,29 @@ func pgIndexName(table, index string) string {
 	}
 	h := fnv.New32a()
 	h.Write([]byte(n))
-	suffix := fmt.Sprintf("_%08x", h.Sum32())
-	cut := pgNameMax - len(suffix)
-	for cut > 0 && !utf8.RuneStart(n[cut]) {
+	return hashedName(n, h.Sum32())
+}
+
+// pgIndexAltName returns the name a source index of table takes when its
+// pgIndexName belongs to another relation of the schema. "<table>_<index>"
+// is ambiguous (table a's index b_c and table a_b's index c are both
+// a_b_c; cut to 63 bytes, so are their hashes), and index, constraint and
+// table names share one namespace per schema: this one hashes the pair
+// itself.
+func pgIndexAltName(table, index string) string {
+	h := fnv.New32a()
+	h.Write([]byte(table))
+	h.Write([]byte{0})
+	h.Write([]byte(index))
+	return hashedName(table+"_"+index, h.Sum32())
+}
+
+// hashedName returns n cut, at a character boundary, to fit pgNameMax
+// bytes with the suffix "_<sum>".
+func hashedName(n string, sum uint32) string {
+	suffix := fmt.Sprintf("_%08x", sum)
+	cut := min(len(n), pgNameMax-len(suffix))
+	for cut > 0 && cut < len(n) && !utf8.RuneStart(n[cut]) {
 		cut--
 	}
 	return n[:cut] + suffix
@@ -85,9 +105,10 @@ func pgIndexName(table, index string) string {
 
 // indexSpec is the mirror of one source index.
 type indexSpec struct {
-	name   string // target name (index or constraint)
-	create string // statement that creates it
-	drop   string // statement that drops it
+	name   string     // target name (index or constraint)
+	create string     // statement that creates it
+	drop   string     // statement that drops it
+	alt    *indexSpec // the same under pgIndexAltName, when name is another relation's
 }
 
 // skippedIndex is a source index that cannot be mirrored, and why.
@@ -174,34 +195,134 @@ func indexSpecs(schema, table, qname string, soft bool, types map[string]string,
 			skipped = append(skipped, skippedIndex{index: ix.Name, reason: "its target name " + name + " is the primary key's"})
 			continue
 		}
-		sp := indexSpec{name: name}
-		switch {
-		case ix.Unique && !soft && !prefixed:
-			sp.create = fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s UNIQUE (%s) DEFERRABLE INITIALLY DEFERRED", qname, q(name), strings.Join(parts, ", "))
-			sp.drop = fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s", qname, q(name))
-		case ix.Unique:
-			elems := make([]string, len(parts))
-			for i, p := range parts {
-				elems[i] = p + " WITH ="
-			}
-			where := ""
-			if soft {
-				where = fmt.Sprintf(" WHERE (NOT %s)", q(colDeleted))
-			}
-			sp.create = fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s EXCLUDE USING btree (%s)%s DEFERRABLE INITIALLY DEFERRED", qname, q(name), strings.Join(elems, ", "), where)
-			sp.drop = fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s", qname, q(name))
-		default:
+		if !ix.Unique {
 			for i, c := range ix.Columns {
 				if c.Desc {
 					parts[i] += " DESC"
 				}
 			}
-			sp.create = fmt.Sprintf("CREATE INDEX %s ON %s (%s)", q(name), qname, strings.Join(parts, ", "))
-			sp.drop = fmt.Sprintf("DROP INDEX IF EXISTS %s.%s", q(schema), q(name))
 		}
+		build := func(name string) indexSpec {
+			sp := indexSpec{name: name}
+			switch {
+			case ix.Unique && !soft && !prefixed:
+				sp.create = fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s UNIQUE (%s) DEFERRABLE INITIALLY DEFERRED", qname, q(name), strings.Join(parts, ", "))
+				sp.drop = fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s", qname, q(name))
+			case ix.Unique:
+				elems := make([]string, len(parts))
+				for i, p := range parts {
+					elems[i] = p + " WITH ="
+				}
+				where := ""
+				if soft {
+					where = fmt.Sprintf(" WHERE (NOT %s)", q(colDeleted))
+				}
+				sp.create = fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s EXCLUDE USING btree (%s)%s DEFERRABLE INITIALLY DEFERRED", qname, q(name), strings.Join(elems, ", "), where)
+				sp.drop = fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s", qname, q(name))
+			default:
+				sp.create = fmt.Sprintf("CREATE INDEX %s ON %s (%s)", q(name), qname, strings.Join(parts, ", "))
+				sp.drop = fmt.Sprintf("DROP INDEX IF EXISTS %s.%s", q(schema), q(name))
+			}
+			return sp
+		}
+		sp, alt := build(name), build(pgIndexAltName(table, ix.Name))
+		sp.alt = &alt
 		out = append(out, sp)
 	}
 	return out, skipped
+}
+
+// resolveNames gives each spec whose name another relation of the schema
+// holds (a table, or another table's index or constraint) its alternative
+// name (pgIndexAltName), as does a spec the alignment a records under it:
+// the choice stays as it was made, and PostgreSQL never answers a mirror
+// with "relation already exists" for two valid source tables.
+func (s *Sink) resolveNames(ctx context.Context, tx pgx.Tx, schema, qname string, a *alignment, specs []indexSpec) ([]indexSpec, error) {
+	names := make([]string, 0, len(specs))
+	for _, sp := range specs {
+		names = append(names, sp.name)
+	}
+	if len(names) == 0 {
+		return specs, nil
+	}
+	rows, err := tx.Query(ctx, `SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname = ANY ($2::name[])
+  AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indexrelid = c.oid AND i.indrelid = to_regclass($3))`, schema, names, qname)
+	if err != nil {
+		return nil, fmt.Errorf("read the relation names of schema %s: %w", schema, err)
+	}
+	taken, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read the relation names of schema %s: %w", schema, err)
+	}
+	out := make([]indexSpec, len(specs))
+	for i, sp := range specs {
+		out[i] = sp
+		if sp.alt == nil {
+			continue
+		}
+		_, here := a.Indexes[sp.name]
+		_, there := a.Indexes[sp.alt.name]
+		if there && !here || slices.Contains(taken, sp.name) {
+			out[i] = *sp.alt
+		}
+	}
+	return out, nil
+}
+
+// freeTableName makes d's name free for its target table when an index
+// of another table holds it: tidemark's mirror of table p's index q is
+// p_q, and the source may have a table p_q too (CREATE TABLE IF NOT
+// EXISTS would skip it, the index standing for the table). A mirror is
+// renamed to its alternative name (pgIndexAltName, which resolveNames
+// keeps for it from now on) and its table's alignment records it so; an
+// index tidemark did not create is d's table's problem, named.
+func (s *Sink) freeTableName(ctx context.Context, tx pgx.Tx, d *tableDef) error {
+	var owner string
+	err := tx.QueryRow(ctx, `SELECT o.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_index i ON i.indexrelid = c.oid JOIN pg_class o ON o.oid = i.indrelid
+WHERE n.nspname = $1 AND c.relname = $2::name`, d.schema, d.name).Scan(&owner)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return d.wrap("look up the relation named as", err)
+	}
+	q := tidemark.QuotePostgres
+	oq := q(d.schema) + "." + q(owner)
+	ot, err := readTarget(ctx, tx, oq)
+	if err != nil {
+		return d.wrap("read the table of the index named as", err)
+	}
+	create := ""
+	if ot.align != nil {
+		create = ot.align.Indexes[d.name]
+	}
+	src, plain := strings.CutPrefix(d.name, owner+"_")
+	if create == "" || !plain {
+		return d.incompatible("the target schema %s has an index %s of table %s that tidemark did not create under this table's name: rename or drop it", q(d.schema), q(d.name), oq)
+	}
+	alt := pgIndexAltName(owner, src)
+	var renamed string
+	for _, prefix := range []string{"CREATE INDEX ", "ALTER TABLE " + oq + " ADD CONSTRAINT "} {
+		if rest, ok := strings.CutPrefix(create, prefix+q(d.name)+" "); ok {
+			renamed = prefix + q(alt) + " " + rest
+		}
+	}
+	if renamed == "" {
+		return d.incompatible("the target schema %s has an index %s of table %s under this table's name, recorded as %q: rename or drop it", q(d.schema), q(d.name), oq, create)
+	}
+	stmt := "ALTER INDEX " + q(d.schema) + "." + q(d.name) + " RENAME TO " + q(alt)
+	s.log.Info("renaming a mirrored index that has the name of a new target table", "table", d.display, "index_table", oq, "ddl", stmt)
+	if _, err := tx.Exec(ctx, stmt); err != nil {
+		return d.wrap("rename the index named as", err)
+	}
+	delete(ot.align.Indexes, d.name)
+	ot.align.Indexes[alt] = renamed
+	if err := setAlignment(ctx, tx, oq, ot.align); err != nil {
+		return d.wrap("record the renamed index of", err)
+	}
+	return nil
 }
 
 // dropFor returns the statement that drops a mirrored index recorded with
@@ -238,6 +359,9 @@ func (s *Sink) mirrorTx(ctx context.Context, tx pgx.Tx, id tidemark.TableID, qna
 		for _, n := range names {
 			existing[n] = true
 		}
+	}
+	if specs, err = s.resolveNames(ctx, tx, schema, qname, a, specs); err != nil {
+		return nil, err
 	}
 	want := map[string]indexSpec{}
 	for _, sp := range specs {

@@ -24,6 +24,28 @@ func TestPgIndexName(t *testing.T) {
 	}
 }
 
+// TestPgIndexAltName: "<table>_<index>" is ambiguous, and so is its hash
+// past 63 bytes; the alternative name hashes the pair.
+func TestPgIndexAltName(t *testing.T) {
+	long := strings.Repeat("l", 60)
+	for _, p := range [][4]string{{"a", "b_c", "a_b", "c"}, {long, "b_c", long + "_b", "c"}} {
+		if pgIndexName(p[0], p[1]) != pgIndexName(p[2], p[3]) {
+			t.Fatalf("%q/%q and %q/%q: the primary names differ; the case is moot", p[0], p[1], p[2], p[3])
+		}
+		a, b := pgIndexAltName(p[0], p[1]), pgIndexAltName(p[2], p[3])
+		if a == b || len(a) > pgNameMax || len(b) > pgNameMax || a == pgIndexName(p[0], p[1]) {
+			t.Errorf("alternative names of %q/%q and %q/%q: %q (%d bytes), %q (%d bytes)", p[0], p[1], p[2], p[3], a, len(a), b, len(b))
+		}
+	}
+	if got := pgIndexAltName("p", "q"); got != pgIndexAltName("p", "q") || !strings.HasPrefix(got, "p_q_") || len(got) != len("p_q_")+8 {
+		t.Errorf("short pair: %q", got)
+	}
+	u := pgIndexAltName(strings.Repeat("é", 30), "idx")
+	if len(u) > pgNameMax || strings.ContainsRune(u, '\uFFFD') || !strings.HasPrefix(u, "é") {
+		t.Errorf("a cut must keep whole characters: %q", u)
+	}
+}
+
 func TestIndexSpecs(t *testing.T) {
 	types := map[string]string{"id": "bigint", "email": "text", "blob": "bytea", "a": "integer", "b": "integer"}
 	idx := []tidemark.Index{
