@@ -93,7 +93,7 @@ type Store struct {
 	offsetsName                                      string
 	saveVerifySQL, loadVerifySQL                     string
 
-	tombstones, tombstoneState string // quoted "schema"."table"
+	tombstones, tombstoneState, tombstoneHorizons string // quoted "schema"."table"
 }
 
 // New validates cfg and returns a Store.
@@ -113,13 +113,14 @@ func New(cfg Config) (*Store, error) {
 	vr := qs + ".verify_runs"
 	ep := qs + ".source_epochs"
 	s := &Store{
-		schema:          schema,
-		checkpointsName: schema + ".checkpoints",
-		wmarksName:      schema + ".watermarks",
-		tablesName:      schema + ".tables",
-		offsetsName:     schema + ".stream_offsets",
-		tombstones:      qs + "." + tidemark.QuotePostgres(tombstoneTable),
-		tombstoneState:  qs + "." + tidemark.QuotePostgres(tombstoneStateTable),
+		schema:            schema,
+		checkpointsName:   schema + ".checkpoints",
+		wmarksName:        schema + ".watermarks",
+		tablesName:        schema + ".tables",
+		offsetsName:       schema + ".stream_offsets",
+		tombstones:        qs + "." + tidemark.QuotePostgres(tombstoneTable),
+		tombstoneState:    qs + "." + tidemark.QuotePostgres(tombstoneStateTable),
+		tombstoneHorizons: qs + "." + tidemark.QuotePostgres(tombstoneHorizonTable),
 	}
 	// One string of several statements: executed without parameters it is
 	// sent as one simple-protocol query, which PostgreSQL runs as a single

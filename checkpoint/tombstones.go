@@ -18,6 +18,10 @@ const (
 	// checkpoint it stored (a checkpoint set back by hand does not make a
 	// replay look like progress).
 	tombstoneStateTable = "tombstone_state"
+	// tombstoneHorizonTable holds, per target table, the newest version
+	// of its pruned tombstones: a key without a row in the table counts as
+	// deleted at that version.
+	tombstoneHorizonTable = "tombstone_horizons"
 )
 
 // Tombstones returns the quoted name of the tombstone table.
@@ -25,6 +29,10 @@ func (s *Store) Tombstones() string { return s.tombstones }
 
 // TombstoneState returns the quoted name of the tombstones' pruning state.
 func (s *Store) TombstoneState() string { return s.tombstoneState }
+
+// TombstoneHorizons returns the quoted name of the pruned tombstones'
+// horizons.
+func (s *Store) TombstoneHorizons() string { return s.tombstoneHorizons }
 
 // InitTombstones creates the tombstone tables if they are missing, and the
 // tombstones' (target, key) index. The PostgreSQL sink calls it after Init,
@@ -38,9 +46,18 @@ func (s *Store) InitTombstones(ctx context.Context, q Querier) error {
 	// The guard looks a key up (an applier's batches are always guarded)
 	// and pruning in the apply topology goes by table.
 	index := "CREATE INDEX IF NOT EXISTS tombstones_target_key ON " + tomb + " (target, key)"
+	// Added after the other two: created in a control schema that has them.
+	horizons := "CREATE TABLE IF NOT EXISTS " + s.tombstoneHorizons + ` (
+	target text COLLATE "C" PRIMARY KEY, -- "schema"."table"
+	seq bigint NOT NULL,                 -- the newest pruned tombstone's version
+	idx integer NOT NULL
+)`
 	if exists {
 		if err := q.Exec(ctx, index); err != nil {
 			return fmt.Errorf("index %s: %w", tomb, err)
+		}
+		if err := q.Exec(ctx, horizons); err != nil {
+			return fmt.Errorf("create %s: %w", s.tombstoneHorizons, err)
 		}
 		return nil
 	}
@@ -65,6 +82,7 @@ func (s *Store) InitTombstones(ctx context.Context, q Querier) error {
 	newest text NOT NULL    -- the newest checkpoint stored
 )`,
 		index,
+		horizons,
 	} {
 		if err := q.Exec(ctx, sql); err != nil {
 			return fmt.Errorf("create %s: %w", tomb, err)

@@ -1,8 +1,11 @@
 package integration
 
 import (
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"tidemark/integration/harness"
 )
@@ -50,13 +53,93 @@ func TestHardDeleteReplayNoResurrection(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d = f.startDaemon(t, cfg)
+	regressions, resurrections := f.replayI5(t, db, cfg)
+	f.compare(t, harness.TableSpec{Database: db, Table: "t"})
+	report(t, "replay-after-hard-deletes", figures{"deleted_rows": 121, "replayed_from": "before the inserts",
+		"i5_resurrections": resurrections, "i5_regressions": regressions})
+}
+
+// TestHardDeleteReplayAfterPrunedTombstones: as above, but the replay
+// comes after the deletes' tombstones were pruned (later batches moved the
+// checkpoint forward twice) and the checkpoint is deleted to start over
+// (docs/FAILOVER.md), so the daemon replays from source.start_position. No
+// tombstone is left for a replayed insert of a deleted row to lose to; the
+// target still must not bring the row back, not even until the replay
+// reaches its delete (nemesis seed 119: I5 'insert after newer delete').
+func TestHardDeleteReplayAfterPrunedTombstones(t *testing.T) {
+	f := newFixture(t)
+	db, start := f.newSource(t, "it_replayp_")
+	if err := harness.Exec(f.my, "CREATE DATABASE "+db, "USE "+db, "CREATE TABLE t (id INT PRIMARY KEY, v INT)",
+		"CREATE TABLE u (id INT PRIMARY KEY, v INT)", "INSERT INTO t VALUES (0, 0)"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := f.relConfig(t, db, db, relOpts{Start: start, NoBatch: true, Extra: "batch:\n  max_delay: 50ms\n  max_changes: 20\n"})
+	d := f.startDaemon(t, cfg)
+	f.caughtUpIn(t, db, d, 2*time.Minute)
+	installI5(t, f, db, "t", "id")
+	for _, q := range []string{"INSERT INTO t SELECT seq, seq FROM seq_1_to_100", "UPDATE t SET v = -v WHERE id BETWEEN 41 AND 60",
+		"DELETE FROM t WHERE id <= 50", "UPDATE t SET id = id + 1000 WHERE id BETWEEN 91 AND 95"} {
+		if err := harness.Exec(f.my, "USE "+db, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.caughtUpIn(t, db, d, 2*time.Minute)
+	// Later batches, one at a time, until the deletes' tombstones are
+	// pruned (tombstones.go: two later checkpoints).
+	target := pgx.Identifier{db, "t"}.Sanitize()
+	pruned := false
+	for i := 1; i <= 20 && !pruned; i++ {
+		if err := harness.Exec(f.my, "USE "+db, fmt.Sprintf("INSERT INTO u VALUES (%d, %d)", i, i)); err != nil {
+			t.Fatal(err)
+		}
+		f.caughtUpIn(t, db, d, 2*time.Minute)
+		var n int
+		if err := f.pg.QueryRow(f.ctx, "SELECT count(*) FROM tidemark.tombstones WHERE target = $1", target).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		pruned = n == 0
+	}
+	if !pruned {
+		t.Fatal("the deletes' tombstones were not pruned after 20 later batches")
+	}
+	if code := d.stop(t); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, tail(d.stderr.String(), 20))
+	}
+	if _, err := f.pg.Exec(f.ctx, "DELETE FROM tidemark.checkpoints WHERE source = $1", db); err != nil {
+		t.Fatal(err)
+	}
+	// Every row the replay inserts into t: the target already holds every
+	// live row, so each one is a deleted row brought back (I5 sees only
+	// those whose insert is older than the row's last version).
+	if _, err := f.pg.Exec(f.ctx, fmt.Sprintf(`CREATE TABLE %[1]s.replay_inserts (id int);
+CREATE FUNCTION %[1]s.replay_insert() RETURNS trigger LANGUAGE plpgsql AS $f$ BEGIN INSERT INTO %[1]s.replay_inserts VALUES (NEW.id); RETURN NULL; END $f$;
+CREATE TRIGGER replay_insert AFTER INSERT ON %[2]s FOR EACH ROW EXECUTE FUNCTION %[1]s.replay_insert();`, pgx.Identifier{db}.Sanitize(), target)); err != nil {
+		t.Fatal(err)
+	}
+	regressions, resurrections := f.replayI5(t, db, cfg)
+	var back int
+	var ids []int32
+	if err := f.pg.QueryRow(f.ctx, "SELECT count(*), COALESCE(array_agg(id ORDER BY id), '{}') FROM "+pgx.Identifier{db, "replay_inserts"}.Sanitize()).Scan(&back, &ids); err != nil {
+		t.Fatal(err)
+	}
+	if back > 0 {
+		t.Errorf("the replay inserted %d deleted rows into t again: %v", back, ids)
+	}
+	f.compare(t, harness.TableSpec{Database: db, Table: "t"})
+	f.compare(t, harness.TableSpec{Database: db, Table: "u"})
+	report(t, "replay-after-pruned-tombstones", figures{"deleted_rows": 56, "replayed_from": "start_position (checkpoint deleted)",
+		"rows_back": back, "i5_resurrections": resurrections, "i5_regressions": regressions})
+}
+
+// replayI5 starts the daemon on cfg, waits until it has caught up with the
+// source, stops it and returns what the I5 trigger recorded in db (any
+// record fails the test).
+func (f *fixture) replayI5(t *testing.T, db, cfg string) (regressions, resurrections int) {
+	t.Helper()
+	d := f.startDaemon(t, cfg)
 	f.caughtUpIn(t, db, d, 2*time.Minute)
 	if code := d.stop(t); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, tail(d.stderr.String(), 20))
 	}
-	regressions, resurrections := checkI5(t, f, db, false)
-	f.compare(t, harness.TableSpec{Database: db, Table: "t"})
-	report(t, "replay-after-hard-deletes", figures{"deleted_rows": 121, "replayed_from": "before the inserts",
-		"i5_resurrections": resurrections, "i5_regressions": regressions})
+	return checkI5(t, f, db, false)
 }

@@ -175,8 +175,16 @@ func (c *campaign) deleteCheckpoint() {
 		c.standby.kill()
 	}
 	if !c.dry {
-		if _, err := c.pg.Exec(c.ctx, "DELETE FROM tidemark.checkpoints WHERE source = $1", c.db); err != nil {
-			c.t.Fatalf("delete the checkpoint: %v", err)
+		// No checkpoint table yet: no tailer got as far as its first
+		// commit (a fresh PostgreSQL), and there is nothing to delete.
+		var exists bool
+		if err := c.pg.QueryRow(c.ctx, "SELECT to_regclass('tidemark.checkpoints') IS NOT NULL").Scan(&exists); err != nil {
+			c.t.Fatalf("look up the checkpoint table: %v", err)
+		}
+		if exists {
+			if _, err := c.pg.Exec(c.ctx, "DELETE FROM tidemark.checkpoints WHERE source = $1", c.db); err != nil {
+				c.t.Fatalf("delete the checkpoint: %v", err)
+			}
 		}
 		if c.mon != nil {
 			// The next checkpoint may be older: on purpose. (After a

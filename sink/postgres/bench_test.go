@@ -111,7 +111,7 @@ func BenchmarkCopyCeiling(b *testing.B) {
 	e := newBenchEnv(b)
 	ctx := context.Background()
 	tbl := benchTable()
-	d, err := newTableDef(tbl, e.schema, DeleteHard, true, "")
+	d, err := newTableDef(tbl, e.schema, DeleteHard, true, "", "")
 	if err != nil {
 		b.Fatal(err)
 	}

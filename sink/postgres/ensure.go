@@ -51,6 +51,9 @@ func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, at tidemark
 		if err := d.create(ctx, tx); err != nil {
 			return err
 		}
+		if err := d.resetHorizon(ctx, tx); err != nil {
+			return err
+		}
 		a := alignmentOf(d.table)
 		a.Seq, a.Idx = at.Seq, at.Index
 		if err := setAlignment(ctx, tx, d.qname, a); err != nil {

@@ -247,7 +247,7 @@ func (s *Sink) def(t *tidemark.Table) (*tableDef, defKey, error) {
 	if d, ok := s.defs[k]; ok {
 		return d, k, nil
 	}
-	d, err := newTableDef(t, s.cfg.TargetSchema, s.cfg.DeleteMode, !s.cfg.SkipNotNull, s.cfg.tombName())
+	d, err := newTableDef(t, s.cfg.TargetSchema, s.cfg.DeleteMode, !s.cfg.SkipNotNull, s.cfg.tombName(), s.cfg.horizonsName())
 	if err != nil {
 		return nil, k, err
 	}

@@ -57,13 +57,14 @@ type tableDef struct {
 	createTableSQL string
 	createStageSQL string
 	upsertSQL      string // hard: op 'u'; soft: ops 'u' and 'd'
-	upsertTombSQL  string // hard only: upsertSQL that loses to a newer tombstone ($1 the target)
+	upsertTombSQL  string // hard only: upsertSQL that loses to a newer tombstone and to the table's horizon ($1 the target)
 	refreshSQL     string // upsertSQL for tidemark.Batch.Refresh: unchanged snapshot rows take their version
 	refreshTombSQL string // upsertTombSQL for tidemark.Batch.Refresh
 	keyGoneSQL     string // soft only: op 'k'
 	markSQL        string // soft only: op 'x'
 	deleteSQL      string // hard only: ops 'd' and 'k'
 	tomb           string // hard only: the quoted tombstone table
+	horizons       string // hard only: the quoted tombstone horizons (tombstones.go)
 	tombWriteSQL   string // hard only: tombstones of ops 'd' and 'k'
 	keyLockSQL     string // hard only: locks the staged keys' stripes ($1 the target; tombstones.go)
 	copyColumns    []string
@@ -133,8 +134,8 @@ func CheckNames(t *tidemark.Table, targetSchema string) error {
 // the source's NOT NULL columns are NOT NULL in the target too, in delete
 // mode hard only: a soft-delete tombstone may hold NULL where the source
 // never does (a key-diff tombstone carries its key alone).
-func newTableDef(t *tidemark.Table, targetSchema string, mode DeleteMode, mirrorNotNull bool, tomb string) (*tableDef, error) {
-	d := &tableDef{id: t.ID, table: t, schema: targetSchema, name: t.ID.Name, soft: mode == DeleteSoft, tomb: tomb}
+func newTableDef(t *tidemark.Table, targetSchema string, mode DeleteMode, mirrorNotNull bool, tomb, horizons string) (*tableDef, error) {
+	d := &tableDef{id: t.ID, table: t, schema: targetSchema, name: t.ID.Name, soft: mode == DeleteSoft, tomb: tomb, horizons: horizons}
 	if d.schema == "" {
 		d.schema = t.ID.Database
 	}
@@ -339,15 +340,16 @@ func (d *tableDef) buildSQL() {
 		// is kept in a tombstone (tombstones.go) that an older upsert
 		// loses to, so a replay from an older checkpoint cannot bring the
 		// row back.
-		guard, write := "", ""
+		guard, horizon, write := "", "", ""
 		if d.tomb != "" {
 			guard, write, d.keyLockSQL = tombstoneSQL(d.tomb, stage, t)
+			horizon = horizonSQL(d.horizons, d.qname, keys)
 		}
 		d.upsertSQL = upsert(fmt.Sprintf("= '%s'", opUpsert), false)
 		d.refreshSQL = upsert(fmt.Sprintf("= '%s'", opUpsert), true)
 		if guard != "" {
-			d.upsertTombSQL = upsert(fmt.Sprintf("= '%s'%s", opUpsert, guard), false)
-			d.refreshTombSQL = upsert(fmt.Sprintf("= '%s'%s", opUpsert, guard), true)
+			d.upsertTombSQL = upsert(fmt.Sprintf("= '%s'%s%s", opUpsert, guard, horizon), false)
+			d.refreshTombSQL = upsert(fmt.Sprintf("= '%s'%s%s", opUpsert, guard, horizon), true)
 		}
 		d.tombWriteSQL = write
 		var conds []string

@@ -47,9 +47,30 @@ import (
 // (it is compared with the newest one ever stored), so nothing is pruned
 // until the replay has passed it.
 //
-// The tables (tombstones, and tombstone_state: each source's generation
-// and the newest checkpoint it stored) belong to the checkpoint package
-// (checkpoint.Store.InitTombstones).
+// Horizons. Pruning assumes that replays start at a stored checkpoint. One
+// that starts before it — the checkpoint deleted to start over from
+// source.start_position, or set back by hand past the pruned tombstones
+// (docs/FAILOVER.md) — replays inserts of keys whose tombstones are gone,
+// and brought them back until the replay reached their deletes again
+// (nemesis seed 119). So pruning keeps, per target table, the newest
+// version of the tombstones it removed: the table's horizon
+// (tombstone_horizons). When a table's tombstones below H are pruned, the
+// table has applied every change up to past H, so a key without a row in
+// it was absent from the source there: a change at or below H of a key
+// that has no row is older than the key's deletion and is skipped, as if
+// the key's tombstone were at H. Stream changes are always newer than H
+// (pruned tombstones are older than the stored checkpoint, or than every
+// partition's floor in the apply topology), so only such replays meet it.
+// Rows read by a snapshot or catch-up (Version.Index 0) are reads of the
+// source, not replays, and are not held to it (a chunk read beside the
+// stream may land after newer tombstones were pruned, into a table still
+// being filled). A table the sink creates has no
+// history: its horizon is removed with the CREATE (a target dropped to
+// re-seed it, or a source DROP and CREATE TABLE).
+//
+// The tables (tombstones, tombstone_state: each source's generation and
+// the newest checkpoint it stored, and tombstone_horizons) belong to the
+// checkpoint package (checkpoint.Store.InitTombstones).
 
 // tombSource is the pruning state of one source (see above).
 type tombSource struct {
@@ -65,6 +86,15 @@ func (c Config) tombName() string {
 		return ""
 	}
 	return c.Checkpoints.Tombstones()
+}
+
+// horizonsName returns the quoted tombstone horizons, "" in soft-delete
+// mode.
+func (c Config) horizonsName() string {
+	if c.DeleteMode == DeleteSoft {
+		return ""
+	}
+	return c.Checkpoints.TombstoneHorizons()
 }
 
 // initTombstones creates the tombstone tables (hard-delete mode).
@@ -92,11 +122,15 @@ func (s *Sink) PruneTombstones(ctx context.Context, table tidemark.TableID, belo
 	if below.Seq > math.MaxInt64 || below.Index > math.MaxInt32 {
 		return 0, fmt.Errorf("prune tombstones of %s: version %s does not fit", table, below)
 	}
-	tag, err := s.pool.Exec(ctx, "DELETE FROM "+tomb+" WHERE target = $1 AND (seq, idx) < ($2, $3)", qname, int64(below.Seq), int32(below.Index))
+	// The newest pruned version raises the table's horizon, in the same
+	// statement.
+	var n int64
+	err = s.pool.QueryRow(ctx, "WITH gone AS (DELETE FROM "+tomb+" WHERE target = $1 AND (seq, idx) < ($2, $3) RETURNING target, seq, idx),\n"+
+		"raised AS ("+raiseHorizonsSQL(s.cfg.horizonsName())+")\nSELECT count(*) FROM gone", qname, int64(below.Seq), int32(below.Index)).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("prune tombstones of %s: %w", table, redact(err, s.secret))
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // tombBegin runs at the start of a batch's transaction (hard-delete mode):
@@ -159,7 +193,8 @@ func (s *Sink) tombBegin(ctx context.Context, tx pgx.Tx, b *tidemark.Batch, dele
 		}
 		if forward {
 			if cur.oldest < cur.gen {
-				if _, err := tx.Exec(ctx, "DELETE FROM "+tomb+" WHERE source = $1 AND gen < $2", b.Source, cur.gen); err != nil {
+				if _, err := tx.Exec(ctx, "WITH gone AS (DELETE FROM "+tomb+" WHERE source = $1 AND gen < $2 RETURNING target, seq, idx)\n"+
+					raiseHorizonsSQL(s.cfg.horizonsName()), b.Source, cur.gen); err != nil {
 					return 0, nil, fmt.Errorf("prune tombstones of source %q: %w", b.Source, err)
 				}
 				next.oldest = cur.gen
@@ -170,6 +205,42 @@ func (s *Sink) tombBegin(ctx context.Context, tx pgx.Tx, b *tidemark.Batch, dele
 		}
 	}
 	return next.gen, next, nil
+}
+
+// raiseHorizonsSQL raises the horizon of every target table of the pruned
+// tombstones in gone (a WITH query's name: target, seq, idx) to the newest
+// of them.
+func raiseHorizonsSQL(horizons string) string {
+	return "INSERT INTO " + horizons + " AS h (target, seq, idx)\n" +
+		"SELECT DISTINCT ON (target) target, seq, idx FROM gone ORDER BY target, seq DESC, idx DESC\n" +
+		"ON CONFLICT (target) DO UPDATE SET seq = EXCLUDED.seq, idx = EXCLUDED.idx WHERE (h.seq, h.idx) < (EXCLUDED.seq, EXCLUDED.idx)"
+}
+
+// horizonSQL is the part of the staged upsert's guard that holds a change
+// to the table's horizon ($1 the target; see Horizons above): no horizon
+// at or above the staged change's version while its key has no row in the
+// target; rows read by a snapshot (index 0) pass. keys are the quoted key
+// columns.
+func horizonSQL(horizons, qname string, keys []string) string {
+	conds := make([]string, len(keys))
+	for i, k := range keys {
+		conds[i] = "tk." + k + " = s." + k
+	}
+	seq, idx := tidemark.QuotePostgres(colSeq), tidemark.QuotePostgres(colIdx)
+	return fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM %s AS th WHERE th.target = $1 AND s.%s <> 0 AND (th.seq, th.idx) >= (s.%s, s.%s)\n"+
+		"  AND NOT EXISTS (SELECT 1 FROM %s AS tk WHERE %s))", horizons, idx, seq, idx, qname, strings.Join(conds, " AND "))
+}
+
+// resetHorizon removes the horizon of a table the sink has just created in
+// tx: it has no history a key's absence could stand for.
+func (d *tableDef) resetHorizon(ctx context.Context, tx pgx.Tx) error {
+	if d.horizons == "" {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, "DELETE FROM "+d.horizons+" WHERE target = $1", d.qname); err != nil {
+		return d.wrap("reset the tombstone horizon of", err)
+	}
+	return nil
 }
 
 // tombWritten records that a batch wrote tombstones stamped stamp.
@@ -240,9 +311,10 @@ const (
 	keyStripes   = 512
 )
 
-// tombMax returns the newest tombstone version of a target table (zero:
-// none), read once per table and raised as the sink writes more, so it is
-// never below the table's newest tombstone.
+// tombMax returns the newest tombstone version of a target table or its
+// horizon, whichever is newer (zero: none), read once per table and raised
+// as the sink writes more, so it is never below the table's newest
+// tombstone or its horizon.
 func (s *Sink) tombMax(ctx context.Context, tx pgx.Tx, d *tableDef) (tidemark.Version, error) {
 	s.mu.Lock()
 	v, ok := s.tombTop[d.qname]
@@ -252,7 +324,8 @@ func (s *Sink) tombMax(ctx context.Context, tx pgx.Tx, d *tableDef) (tidemark.Ve
 	}
 	var seq int64
 	var idx int32
-	err := tx.QueryRow(ctx, "SELECT seq, idx FROM "+d.tomb+" WHERE target = $1 ORDER BY seq DESC, idx DESC LIMIT 1", d.qname).Scan(&seq, &idx)
+	err := tx.QueryRow(ctx, "SELECT seq, idx FROM (SELECT seq, idx FROM "+d.tomb+" WHERE target = $1 UNION ALL SELECT seq, idx FROM "+d.horizons+
+		" WHERE target = $1) AS v ORDER BY seq DESC, idx DESC LIMIT 1", d.qname).Scan(&seq, &idx)
 	if err != nil && err != pgx.ErrNoRows {
 		return v, fmt.Errorf("read tombstones of %s: %w", d.display, err)
 	}
