@@ -100,6 +100,10 @@ type Config struct {
 	// snapshot ends like an uninterrupted one, and no hard delete made
 	// while the binlog was unavailable is missed by a full read.
 	Boundaries tidemark.SnapshotBoundary
+	// HeldRows, when set, tells whether the target holds rows of a table
+	// when the key target cannot (Kafka alone: the table's topic holds
+	// records). Without either, the target is taken to hold rows.
+	HeldRows tidemark.TargetRows
 }
 
 // Progress reports a table's catch-up progress.
@@ -136,11 +140,9 @@ type TableReport struct {
 	// captured).
 	Deletes        int64
 	DeletesChecked bool
-	// DeletesMissed is true when hard deletes made while the binlog was
-	// unavailable may have been missed: a window or full re-read without
-	// delete detection, into a table the target held rows of (or cannot
-	// tell). A first load into an empty target misses none.
-	DeletesMissed bool
+	// Reason says why a table with a watermark was read in full instead
+	// of a window ("" when it was not).
+	Reason string
 	// ReadTime and ApplyTime split the table's time between the source
 	// reads and the target applies.
 	ReadTime, ApplyTime time.Duration
@@ -378,10 +380,10 @@ func (c *CatchUp) run(ctx context.Context, plan runPlan) (Report, error) {
 		if tr.DeletesChecked {
 			args = append(args, "deletes", tr.Deletes)
 		}
-		c.cfg.Logger.Info("table caught up", args...)
-		if tr.DeletesMissed {
-			c.cfg.Logger.Warn("hard deletes made while the binlog was unavailable were NOT captured for this table (set delete_detection: keydiff)", "table", id.String())
+		if tr.Reason != "" {
+			args = append(args, "reason", tr.Reason)
 		}
+		c.cfg.Logger.Info("table caught up", args...)
 	}
 	if plan.checkpoint != nil {
 		b := &tidemark.Batch{Source: c.cfg.Source, Checkpoint: snap.Position}
@@ -465,10 +467,12 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 	}
 	if tc.Column == "" {
 		tr.Mode = "full"
+		if err := c.deletesFindable(id, held, fullDiff, bound); err != nil {
+			return tr, err
+		}
 		if err := c.fullRead(ctx, snap, req, nil, &tr, initial, bound); err != nil {
 			return tr, err
 		}
-		tr.DeletesMissed = held && fullDiff.DeleteDetection != DeletesKeyDiff && bound == nil
 		return tr, c.keyDiff(ctx, snap, id, fullDiff, &tr)
 	}
 	if err := c.checkColumn(ctx, id, tc.Column); err != nil {
@@ -499,10 +503,32 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 	if initial {
 		has = false
 	}
+	// A window cannot see the rows deleted in the gap. Where the target
+	// holds rows of the table, a key diff finds them (delete_detection:
+	// keydiff, or taken whenever the target lists keys and the key
+	// columns allow it); where no key diff can run (the scale-out
+	// tailer), the table is read in full between snapshot boundaries
+	// instead, whose end removes the rows the read did not carry.
+	windowDiff := tc
+	if has && held && tc.DeleteDetection != DeletesKeyDiff {
+		if windowDiff, err = c.fullReadDiff(ctx, id, tc, held, initial); err != nil {
+			return tr, err
+		}
+		if windowDiff.DeleteDetection != DeletesKeyDiff {
+			if bound == nil {
+				return tr, c.deletesFindable(id, held, windowDiff, bound)
+			}
+			has = false
+			tr.Reason = "a window cannot see the rows deleted while the binlog was unavailable, and the target lists no keys to diff: read in full between snapshot boundaries"
+		}
+	}
 	if !has {
 		// First sight: a full snapshot in key order; the window
 		// afterwards starts at the bound captured before reading.
 		tr.Mode = "snapshot"
+		if err := c.deletesFindable(id, held, fullDiff, bound); err != nil {
+			return tr, err
+		}
 		if err := c.fullRead(ctx, snap, req, wm, &tr, initial, bound); err != nil {
 			return tr, err
 		}
@@ -512,11 +538,9 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 			c.cfg.Logger.Warn("the watermark column is NULL (or a zero date) in every row: the table was read in full, and the next catch-up reads it in full again",
 				"table", id.String(), "column", tc.Column, "rows", tr.Rows)
 		}
-		tr.DeletesMissed = held && fullDiff.DeleteDetection != DeletesKeyDiff && bound == nil
 		return tr, c.keyDiff(ctx, snap, id, fullDiff, &tr)
 	}
 	tr.Mode = "window"
-	tr.DeletesMissed = held && tc.DeleteDetection != DeletesKeyDiff
 	undated := req
 	undated.Column, undated.Undated = tc.Column, true
 	if err := c.read(ctx, undated, nil, &tr); err != nil {
@@ -530,7 +554,24 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 			return tr, err
 		}
 	}
-	return tr, c.keyDiff(ctx, snap, id, tc, &tr)
+	return tr, c.keyDiff(ctx, snap, id, windowDiff, &tr)
+}
+
+// deletesFindable returns an error when a read into a target that holds
+// rows of the table (held) is followed neither by a key diff (tc) nor
+// enclosed in snapshot boundaries (bound): rows deleted at the source while
+// the binlog was unavailable would stay in the target, and nothing else
+// finds them. Only a target without keys and without boundaries gets here
+// (Kafka alone without control records), which keeps no table states: a
+// quarantine would end with the process and the next start would stream
+// the table past the gap, so the catch-up stops instead (the checkpoint
+// stays before the gap).
+func (c *CatchUp) deletesFindable(id tidemark.TableID, held bool, tc TableConfig, bound tidemark.SnapshotBoundary) error {
+	if !held || tc.DeleteDetection == DeletesKeyDiff || bound != nil {
+		return nil
+	}
+	return fmt.Errorf("rows deleted at the source while the binlog was unavailable cannot be found: the target lists no keys to diff and takes no snapshot boundaries "+
+		"(fallback.tables.%s.delete_detection: keydiff needs a PostgreSQL target; with Kafka alone set target.kafka.control_records: true, whose snapshot_end tells consumers to remove the rows a full read did not carry)", id)
 }
 
 // fullReadDiff returns tc with the delete detection a full read of the
@@ -555,11 +596,12 @@ func (c *CatchUp) fullReadDiff(ctx context.Context, id tidemark.TableID, tc Tabl
 		switch col := tbl.Columns[k]; col.Kind {
 		case tidemark.KindInt, tidemark.KindUint, tidemark.KindText:
 		default:
-			if initial {
-				return tc, &tidemark.TableError{Table: id, Err: fmt.Errorf("the target holds rows of a first snapshot that did not finish, and rows deleted at the source since "+
-					"cannot be found: the key diff supports integer and text keys, key column %q is %s; resync the table (it empties the target table first)", col.Name, col.Kind)}
+			why := "the target holds rows of a first snapshot that did not finish, and rows deleted at the source since"
+			if !initial {
+				why = "the target holds rows of the table, and rows deleted at the source while the binlog was unavailable"
 			}
-			return tc, nil
+			return tc, &tidemark.TableError{Table: id, Err: fmt.Errorf("%s "+
+				"cannot be found: the key diff (fallback.tables.%s.delete_detection: keydiff) supports integer and text keys, key column %q is %s; resync the table (it empties the target table first)", why, id, col.Name, col.Kind)}
 		}
 	}
 	tc.DeleteDetection = DeletesKeyDiff
@@ -572,6 +614,9 @@ func (c *CatchUp) fullReadDiff(ctx context.Context, id tidemark.TableID, tc Tabl
 // target cannot tell.
 func (c *CatchUp) targetHeldRows(ctx context.Context, id tidemark.TableID, tc TableConfig) (bool, error) {
 	tgt, ok := c.keys.(tidemark.TargetRows)
+	if !ok && c.cfg.HeldRows != nil {
+		tgt, ok = c.cfg.HeldRows, true
+	}
 	if tc.DeleteDetection == DeletesKeyDiff || !ok {
 		return true, nil
 	}

@@ -308,6 +308,15 @@ func newCatchUp(cfg *Config, fc fallback.Config, reader *binlog.Reader, target t
 		// snapshot's, rows deleted while the binlog was unavailable).
 		fc.Boundaries = tt
 	}
+	switch k := target.(type) {
+	case kafkaWithDDL:
+		// Kafka alone with control records: a full read into topics
+		// that hold records goes between snapshot boundaries, whose end
+		// tells the consumers to remove the rows it did not carry.
+		fc.Boundaries, fc.HeldRows = k.Sink, kafkaRows{k.Sink, cfg.Source.Name}
+	case *kafka.Sink:
+		fc.HeldRows = kafkaRows{k, cfg.Source.Name}
+	}
 	catchTarget, ok := target.(fallback.Target)
 	if !ok {
 		if cfg.FallbackOn() {
@@ -319,6 +328,17 @@ func newCatchUp(cfg *Config, fc fallback.Config, reader *binlog.Reader, target t
 		return fallback.New(fc, reader, catchTarget, keys)
 	}
 	return fallback.New(fc, reader, catchTarget)
+}
+
+// kafkaRows is Kafka alone's answer to whether it holds rows of a table
+// (tidemark.TargetRows): the table's topic holds records.
+type kafkaRows struct {
+	ks     *kafka.Sink
+	source string
+}
+
+func (k kafkaRows) HasRows(ctx context.Context, t *tidemark.Table) (bool, error) {
+	return k.ks.Published(ctx, k.source, t.ID)
 }
 
 // fallbackConfig is the catch-up's config with its logger and a progress

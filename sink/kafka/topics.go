@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -534,6 +535,39 @@ func (s *Sink) createTopic(ctx context.Context, name string, partitions int32, c
 // cluster: whether anything of the table may have been published (the
 // scale-out tailer refuses a DROP TABLE only of a table the appliers may
 // have).
+// Published reports whether the topic of a table of source holds records
+// (its log is not empty; aborted ones count too): whether its consumers
+// may hold rows of the table. A catch-up of a table they may hold rows of
+// must tell them which rows were deleted meanwhile.
+func (s *Sink) Published(ctx context.Context, source string, id tidemark.TableID) (bool, error) {
+	exists, err := s.HasTopic(ctx, source, id)
+	if err != nil || !exists {
+		return false, err
+	}
+	name, _ := s.cfg.topicName(source, id)
+	starts, err := s.adm.ListStartOffsets(ctx, name)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return false, fmt.Errorf("list start offsets of %s: %w", name, err)
+	}
+	ends, err := s.adm.ListEndOffsets(ctx, name)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return false, fmt.Errorf("list end offsets of %s: %w", name, err)
+	}
+	held := false
+	ends.Each(func(o kadm.ListedOffset) {
+		if so, ok := starts.Lookup(name, o.Partition); !ok || o.Offset > so.Offset {
+			held = true
+		}
+	})
+	return held, nil
+}
+
 func (s *Sink) HasTopic(ctx context.Context, source string, id tidemark.TableID) (bool, error) {
 	name, err := s.cfg.topicName(source, id)
 	if err != nil {
