@@ -13,7 +13,7 @@ SERVICES := scripts/services.sh
 # Exports TIDEMARK_TEST_* for the running local services; use on the same recipe line.
 WITH_ENV := eval "$$($(SERVICES) env)"
 
-.PHONY: build services test test-unit test-e2e staticcheck test-reliability test-long nemesis soak fmt-check tidy-check vet demo bench bench-fallback bench-peers down status clean
+.PHONY: build services test test-unit test-e2e staticcheck test-reliability test-long nemesis soak fmt-check tidy-check vet demo bench bench-fallback bench-peers bench-snapshot down status clean
 
 build:
 	go build -ldflags "-X main.version=$$(git describe --tags --always --dirty 2>/dev/null || echo dev) -X main.commit=$$(git rev-parse HEAD 2>/dev/null)" -o bin/tidemark ./cmd/tidemark
@@ -120,6 +120,13 @@ bench-peers: services
 	test -x .data/chameleon/bin/chameleon || { /usr/bin/python3 -m venv .data/chameleon && \
 		.data/chameleon/bin/pip install -q 'pg_chameleon>=2.0,<2.1'; }
 	$(WITH_ENV) && go run ./cmd/tidemark-bench -peers 1000000
+
+# The first-run snapshot of a 1M-row table at snapshot.parallelism 1, 2 and 4, each against the
+# COPY ceiling measured right before it, three runs (SNAP_ROWS to change the size); writes its
+# section of docs/PERFORMANCE.md.
+SNAP_ROWS ?= 1000000
+bench-snapshot: services
+	$(WITH_ENV) && go run ./cmd/tidemark-bench -snapshot-parallel $(SNAP_ROWS)
 
 # The scale-out topology: the Kafka tailer (K/D) and 1, 2 and 3 appliers against `tidemark run`
 # straight into PostgreSQL; writes its section of docs/SCALE-OUT.md. The tailer alone, profiled:

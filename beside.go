@@ -18,20 +18,125 @@ type ChunkSnapshotter interface {
 	// exists in the source and has a key to order the chunks by. Others
 	// are snapshotted the old way, inside the apply loop.
 	Chunkable(ctx context.Context, table TableID) (bool, error)
+	// Parallelism is how many readers it has (snapshot.parallelism): up
+	// to that many ranges are read at once, worker 0 … Parallelism()-1.
+	Parallelism() int
+	// Split divides a table into up to n disjoint ranges of its first key
+	// column, in key order, covering every key (one range when n is 1,
+	// the table is empty or its first key column cannot be split).
+	Split(ctx context.Context, table TableID, n int) ([]SnapshotRange, error)
 	// Capture captures the source position (SnapshotSource.Capture):
 	// every transaction before its Version is visible to every read that
 	// starts afterwards.
 	Capture(ctx context.Context) (Snapshot, error)
-	// ReadChunk reads up to one chunk of the table's rows in key order
-	// after the cursor (nil: from the first key), as OpRead changes
-	// stamped with snap (taken before the read; not necessarily just
-	// before). next is the cursor of the following chunk, nil after the
-	// last one.
-	ReadChunk(ctx context.Context, table TableID, after []any, snap Snapshot) (rows []Change, next []any, err error)
+	// ReadChunk reads up to one chunk of the range's rows in key order
+	// after its cursor (After; nil: from the range's start), on reader
+	// worker, as OpRead changes stamped with snap (taken before the read;
+	// not necessarily just before). next is the range's cursor for its
+	// following chunk, nil after its last one. Calls with different
+	// workers may run at once.
+	ReadChunk(ctx context.Context, table TableID, worker int, r SnapshotRange, snap Snapshot) (rows []Change, next []any, err error)
 	// FinishSnapshot runs once the last chunk is applied: it creates the
 	// target of a table that had no rows and mirrors the table's
 	// secondary indexes. An error quarantines the table.
 	FinishSnapshot(ctx context.Context, table TableID) error
+}
+
+// SnapshotRange is one reader's share of a table's snapshot: the rows
+// whose first key column is in (From, To], read in key order after After.
+type SnapshotRange struct {
+	// From (exclusive) and To (inclusive) bound the first key column, one
+	// value each, as the source compares it; nil is unbounded.
+	From, To []any
+	// After is the cursor in the range (the full key of the last row
+	// read), nil before its first chunk.
+	After []any
+	// Done is set once the range's last chunk landed.
+	Done bool
+}
+
+// rangesJSON is how EncodeRanges stores ranges (each value list in
+// EncodeCursor's form).
+type rangesJSON struct {
+	Ranges []rangeJSON `json:"ranges"`
+}
+
+type rangeJSON struct {
+	From  string `json:"from,omitempty"`
+	To    string `json:"to,omitempty"`
+	After string `json:"after,omitempty"`
+	Done  bool   `json:"done,omitempty"`
+}
+
+// EncodeRanges encodes a snapshot's ranges and their progress for
+// TableState.Cursor. A value of a type EncodeCursor cannot encode exactly
+// is an error naming it.
+func EncodeRanges(rs []SnapshotRange) (string, error) {
+	var out rangesJSON
+	enc := func(v []any) (string, error) {
+		if v == nil {
+			return "", nil
+		}
+		return EncodeCursor(v)
+	}
+	for _, r := range rs {
+		var j rangeJSON
+		var err error
+		if j.From, err = enc(r.From); err != nil {
+			return "", err
+		}
+		if j.To, err = enc(r.To); err != nil {
+			return "", err
+		}
+		if j.After, err = enc(r.After); err != nil {
+			return "", err
+		}
+		j.Done = r.Done
+		out.Ranges = append(out.Ranges, j)
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return "", fmt.Errorf("encode snapshot ranges: %w", err)
+	}
+	return string(b), nil
+}
+
+// DecodeRanges decodes what EncodeRanges returned, and the cursor of a
+// single-range snapshot recorded before ranges existed (EncodeCursor's
+// form: one range over the whole table). "" is no progress (nil).
+func DecodeRanges(s string) ([]SnapshotRange, error) {
+	if s == "" {
+		return nil, nil
+	}
+	if !strings.HasPrefix(s, "{") {
+		after, err := DecodeCursor(s)
+		if err != nil {
+			return nil, err
+		}
+		return []SnapshotRange{{After: after}}, nil
+	}
+	var in rangesJSON
+	if err := json.Unmarshal([]byte(s), &in); err != nil {
+		return nil, fmt.Errorf("decode snapshot ranges: %w", err)
+	}
+	if len(in.Ranges) == 0 {
+		return nil, fmt.Errorf("decode snapshot ranges: no range")
+	}
+	out := make([]SnapshotRange, len(in.Ranges))
+	for i, j := range in.Ranges {
+		var err error
+		if out[i].From, err = DecodeCursor(j.From); err != nil {
+			return nil, fmt.Errorf("decode snapshot ranges: range %d: %w", i, err)
+		}
+		if out[i].To, err = DecodeCursor(j.To); err != nil {
+			return nil, fmt.Errorf("decode snapshot ranges: range %d: %w", i, err)
+		}
+		if out[i].After, err = DecodeCursor(j.After); err != nil {
+			return nil, fmt.Errorf("decode snapshot ranges: range %d: %w", i, err)
+		}
+		out[i].Done = j.Done
+	}
+	return out, nil
 }
 
 // EncodeCursor encodes a chunk cursor (the key values a source's Read

@@ -158,7 +158,13 @@ func (c *besideChunks) Capture(context.Context) (Snapshot, error) {
 	return c.snap, nil
 }
 
-func (c *besideChunks) ReadChunk(ctx context.Context, _ TableID, _ []any, snap Snapshot) ([]Change, []any, error) {
+func (c *besideChunks) Parallelism() int { return 1 }
+
+func (c *besideChunks) Split(context.Context, TableID, int) ([]SnapshotRange, error) {
+	return []SnapshotRange{{}}, nil
+}
+
+func (c *besideChunks) ReadChunk(ctx context.Context, _ TableID, _ int, _ SnapshotRange, snap Snapshot) ([]Change, []any, error) {
 	close(c.reading)
 	select {
 	case <-c.release:
@@ -320,7 +326,13 @@ func (c *goneChunks) Capture(context.Context) (Snapshot, error) {
 	return Snapshot{Position: Position{GTID: "0-1-5"}, Version: Version{Seq: 6}}, nil
 }
 
-func (c *goneChunks) ReadChunk(context.Context, TableID, []any, Snapshot) ([]Change, []any, error) {
+func (c *goneChunks) Parallelism() int { return 1 }
+
+func (c *goneChunks) Split(context.Context, TableID, int) ([]SnapshotRange, error) {
+	return []SnapshotRange{{}}, nil
+}
+
+func (c *goneChunks) ReadChunk(context.Context, TableID, int, SnapshotRange, Snapshot) ([]Change, []any, error) {
 	return nil, nil, fmt.Errorf("read d.t: ERROR 1146 (42S02): Table 'd.t' doesn't exist: %w", ErrTableGone)
 }
 
@@ -378,5 +390,35 @@ func TestBesideTableGone(t *testing.T) {
 	}
 	if len(target.rows) != 0 {
 		t.Errorf("target rows %v, want none (the table is gone)", target.rows)
+	}
+}
+
+// TestRangesRoundTrip: a parallel snapshot's ranges (open and bounded ends,
+// cursors, done marks) come back as they were stored, and the single
+// cursor an older version stored reads as one range over the table.
+func TestRangesRoundTrip(t *testing.T) {
+	in := SplitRanges([]any{int64(50000), int64(100000)})
+	in[0].After, in[0].Done = []any{int64(49999), "x"}, false
+	in[1].Done = true
+	enc, err := EncodeRanges(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := DecodeRanges(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(out, in) {
+		t.Fatalf("decoded %#v, want %#v", out, in)
+	}
+	if len(in) != 3 || in[0].From != nil || in[2].To != nil || !reflect.DeepEqual(in[1].From, in[0].To) || !reflect.DeepEqual(in[2].From, in[1].To) {
+		t.Fatalf("split ranges do not cover the table end to end: %#v", in)
+	}
+	old, _ := EncodeCursor([]any{int64(7)})
+	if out, err := DecodeRanges(old); err != nil || !reflect.DeepEqual(out, []SnapshotRange{{After: []any{int64(7)}}}) {
+		t.Fatalf("an older single cursor: %#v, %v", out, err)
+	}
+	if out, err := DecodeRanges(""); err != nil || out != nil {
+		t.Fatalf("no progress: %#v, %v", out, err)
 	}
 }

@@ -46,6 +46,30 @@ type ReadRequest struct {
 	Limit int
 	// Snapshot stamps the rows read (version and commit time).
 	Snapshot Snapshot
+	// KeyFrom (exclusive) and KeyTo (inclusive), one value each when set,
+	// bound the first key column of a full read (no Column): one range of
+	// a parallel snapshot (SnapshotRange).
+	KeyFrom, KeyTo []any
+}
+
+// KeySplitter is a SnapshotSource that can divide a table for a parallel
+// snapshot.
+type KeySplitter interface {
+	// KeySplits returns up to n-1 ascending distinct values of the
+	// table's first key column that cut it into up to n ranges of about
+	// equal size (none: one range).
+	KeySplits(ctx context.Context, table TableID, n int) ([]any, error)
+}
+
+// SplitRanges turns KeySplits' values into the ranges they bound.
+func SplitRanges(splits []any) []SnapshotRange {
+	out := make([]SnapshotRange, 0, len(splits)+1)
+	var from []any
+	for _, v := range splits {
+		out = append(out, SnapshotRange{From: from, To: []any{v}})
+		from = []any{v}
+	}
+	return append(out, SnapshotRange{From: from})
 }
 
 // ReadResult is one chunk of rows as OpRead changes.

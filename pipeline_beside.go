@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -72,8 +73,11 @@ type besideJob struct {
 	// fresh: the target is dropped when the job becomes active (its
 	// table's changes are skipped until then); false once it was, or
 	// for a resumed job.
-	fresh  bool
-	cursor []any   // after the last chunk landed (nil: from the start)
+	fresh bool
+	// ranges are the table's key ranges with their progress (nil: not
+	// split yet, at the first round); each round reads the next chunk of
+	// up to Chunks.Parallelism() of them at once.
+	ranges []SnapshotRange
 	floor  Version // the first chunk's version
 	// keys are the table's changes the loop took since it applies them:
 	// the newest version per key.
@@ -93,7 +97,16 @@ type besideJob struct {
 	// read: the last chunk landed.
 	until Position
 	read  bool
+	// savedAt is when the ranges were last stored (see besideSaveEvery).
+	savedAt time.Time
 }
+
+// besideSaveEvery is how often, at most, the ranges' cursors are written
+// to the table's state: a restart re-reads at most the chunks that landed
+// in the last second (a re-read chunk is like any other: read after a
+// capture, its rows lose to newer changes), instead of one write to the
+// target per chunk.
+const besideSaveEvery = time.Second
 
 // besideRecapture is how long one capture stamps the chunks read after it.
 // Any capture before a read will do (the read sees everything before it);
@@ -185,14 +198,14 @@ func (p *Pipeline) removeBeside(id TableID) bool {
 }
 
 // queueBeside records a table as snapshotting and queues its snapshot
-// beside the stream; cursor, when not nil, resumes an interrupted one
+// beside the stream; ranges, when not nil, resume an interrupted one
 // (floor: its first chunk's version). A table that has a job already
 // restarts it from the first chunk.
-func (p *Pipeline) queueBeside(ctx context.Context, id TableID, reason string, cursor []any, floor Version) error {
+func (p *Pipeline) queueBeside(ctx context.Context, id TableID, reason string, ranges []SnapshotRange, floor Version) error {
 	b := &p.bg
 	st := TableState{Table: id, Mode: TableSnapshotting, Reason: reason}
-	if cursor != nil {
-		enc, err := EncodeCursor(cursor)
+	if ranges != nil {
+		enc, err := EncodeRanges(ranges)
 		if err != nil {
 			return err
 		}
@@ -211,22 +224,28 @@ func (p *Pipeline) queueBeside(ctx context.Context, id TableID, reason string, c
 		b.jobs = append(b.jobs, j)
 	}
 	j.gen++
-	j.reason, j.cursor, j.floor, j.fresh = reason, cursor, floor, cursor == nil
-	j.rows, j.dropped, j.chunks, j.resumed, j.started = 0, 0, 0, cursor != nil, time.Now()
+	j.reason, j.ranges, j.floor, j.fresh = reason, ranges, floor, ranges == nil
+	j.rows, j.dropped, j.chunks, j.resumed, j.started = 0, 0, 0, ranges != nil, time.Now()
 	j.keys = map[Key]Version{}
-	j.snap, j.snapAt = Snapshot{}, time.Time{}
+	j.snap, j.snapAt, j.savedAt = Snapshot{}, time.Time{}, time.Time{}
 	j.until, j.read = Position{}, false
 	b.mu.Unlock()
-	p.tables.setApplying(id, cursor != nil)
+	p.tables.setApplying(id, ranges != nil)
 	if err := p.setState(ctx, st); err != nil {
 		return err
 	}
 	switch {
 	case restart:
 		p.cfg.Logger.Warn("restarting the snapshot of a table from its first chunk", "source", p.cfg.Source, "table", id.String(), "reason", reason)
-	case cursor != nil:
+	case ranges != nil:
+		left := 0
+		for _, r := range ranges {
+			if !r.Done {
+				left++
+			}
+		}
 		p.cfg.Logger.Info("resuming an interrupted snapshot after its last chunk, beside the stream", "source", p.cfg.Source, "table", id.String(),
-			"reason", reason, "floor", floor.String())
+			"reason", reason, "floor", floor.String(), "ranges", len(ranges), "ranges_left", left)
 	default:
 		p.cfg.Logger.Info("snapshotting table beside the stream", "source", p.cfg.Source, "table", id.String(), "reason", reason)
 	}
@@ -251,20 +270,29 @@ func (p *Pipeline) restartBesides(ctx context.Context, why string) error {
 	return nil
 }
 
-// besideChunk is the result of one chunk read.
-type besideChunk struct {
+// besideRound is the result of one round of chunk reads: the next chunk
+// of each of up to Chunks.Parallelism() ranges, read at once on readers of
+// their own, all stamped with one capture.
+type besideRound struct {
 	job    *besideJob
 	gen    uint64
-	rows   []Change
-	next   []any
+	ranges []SnapshotRange // the job's ranges (split in this round when it had none)
+	parts  []besidePart
 	snap   Snapshot // the rows' stamp
 	snapAt time.Time
 	err    error
 }
 
-// driveBeside starts reading the next chunk of the first job when no read
-// is outstanding. A fresh job first drops its target table and starts
-// applying its table's changes (step 1).
+// besidePart is one range's chunk of a round.
+type besidePart struct {
+	rng  int // index in ranges
+	rows []Change
+	next []any
+}
+
+// driveBeside starts reading the next round of chunks of the first job
+// when no read is outstanding. A fresh job first drops its target table
+// and starts applying its table's changes (step 1).
 func (a *applier) driveBeside() error {
 	p := a.p
 	if p.cfg.Chunks == nil || a.besideRes != nil || a.ctx.Err() != nil {
@@ -302,24 +330,62 @@ func (a *applier) driveBeside() error {
 		p.bg.record(a.batch.batch.Changes)
 	}
 	p.bg.mu.Lock()
-	r := besideChunk{job: j, gen: j.gen, snap: j.snap, snapAt: j.snapAt}
-	id, after := j.id, j.cursor
+	r := besideRound{job: j, gen: j.gen, snap: j.snap, snapAt: j.snapAt, ranges: slices.Clone(j.ranges)}
+	id := j.id
 	p.bg.mu.Unlock()
 	ctx, cancel := context.WithCancel(a.ctx)
-	res := make(chan besideChunk, 1)
+	res := make(chan besideRound, 1)
 	a.besideRes, a.besideStop = res, cancel
 	go func() {
-		if r.snapAt.IsZero() || time.Since(r.snapAt) > besideRecapture {
-			r.snapAt = time.Now()
-			if r.snap, r.err = p.cfg.Chunks.Capture(ctx); r.err != nil {
-				res <- r
-				return
-			}
-		}
-		r.rows, r.next, r.err = p.cfg.Chunks.ReadChunk(ctx, id, after, r.snap)
+		r.err = p.readRound(ctx, id, &r)
 		res <- r
 	}()
 	return nil
+}
+
+// readRound reads one round (besideRound): a capture when the last is
+// older than besideRecapture, the split at the first round, then the next
+// chunk of each of the first Parallelism() ranges not done, at once.
+func (p *Pipeline) readRound(ctx context.Context, id TableID, r *besideRound) error {
+	c := p.cfg.Chunks
+	par := max(1, c.Parallelism())
+	if r.snapAt.IsZero() || time.Since(r.snapAt) > besideRecapture {
+		r.snapAt = time.Now()
+		var err error
+		if r.snap, err = c.Capture(ctx); err != nil {
+			return err
+		}
+	}
+	if r.ranges == nil {
+		rs, err := c.Split(ctx, id, par)
+		if err != nil {
+			return err
+		}
+		if len(rs) == 0 {
+			rs = []SnapshotRange{{}}
+		}
+		r.ranges = rs
+		if len(rs) > 1 {
+			p.cfg.Logger.Info("snapshot split into key ranges read at once", "source", p.cfg.Source, "table", id.String(), "ranges", len(rs), "readers", par)
+		}
+	}
+	for i, rg := range r.ranges {
+		if !rg.Done && len(r.parts) < par {
+			r.parts = append(r.parts, besidePart{rng: i})
+		}
+	}
+	errs := make([]error, len(r.parts))
+	var wg sync.WaitGroup
+	for k := range r.parts {
+		part := &r.parts[k]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			part.rows, part.next, errs[k] = c.ReadChunk(ctx, id, k, r.ranges[part.rng], r.snap)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // stopBeside cancels the outstanding chunk read and waits for it.
@@ -331,9 +397,14 @@ func (a *applier) stopBeside() {
 	}
 }
 
-// chunkLanded applies a chunk that was read (step 3), then records the
-// cursor, or finishes the job after the last chunk.
-func (a *applier) chunkLanded(r besideChunk) error {
+// chunkLanded applies a round of chunks that was read (step 3), then
+// records the ranges' cursors (at most every besideSaveEvery), or finishes
+// the job after the last chunk of its last range. The round's chunks are
+// disjoint key ranges, filtered against the keys taken so far and applied
+// at once, each in a session of its own, while the loop waits for them
+// (nothing else applies meanwhile): the same as landing them one after
+// the other.
+func (a *applier) chunkLanded(r besideRound) error {
 	p := a.p
 	a.besideRes = nil
 	a.besideStop()
@@ -356,30 +427,29 @@ func (a *applier) chunkLanded(r besideChunk) error {
 		return p.quarantine(a.ctx, j.id, fmt.Errorf("snapshot failed: %w", r.err))
 	}
 	b.mu.Lock()
-	kept := r.rows[:0]
-	for _, row := range r.rows {
-		if v, ok := j.keys[row.Key()]; ok && v.Compare(r.snap.Version) > 0 {
-			j.dropped++
-			continue
+	read := 0
+	for k := range r.parts {
+		part := &r.parts[k]
+		read += len(part.rows)
+		kept := part.rows[:0]
+		for _, row := range part.rows {
+			if v, ok := j.keys[row.Key()]; ok && v.Compare(r.snap.Version) > 0 {
+				j.dropped++
+				continue
+			}
+			kept = append(kept, row)
 		}
-		kept = append(kept, row)
+		part.rows = kept
 	}
 	b.mu.Unlock()
 	if err := a.wait(); err != nil {
 		return err
 	}
-	if len(kept) > 0 {
-		if _, err := p.sink.Apply(a.ctx, &Batch{Source: p.cfg.Source, Changes: kept}); err != nil {
-			if a.ctx.Err() != nil {
-				return nil // read again at the next start
-			}
-			var te *TableError
-			if errors.As(err, &te) && te.Table == j.id {
-				p.removeBeside(j.id)
-				return p.quarantine(a.ctx, j.id, te.Err)
-			}
-			return fmt.Errorf("apply snapshot chunk of %s: %w", j.id, err)
+	if err := a.landParts(j, r.parts); err != nil {
+		if errors.Is(err, errRoundOver) {
+			return nil
 		}
+		return err
 	}
 	b.mu.Lock()
 	for k, v := range j.keys {
@@ -394,18 +464,34 @@ func (a *applier) chunkLanded(r besideChunk) error {
 		j.until = r.snap.Position
 	}
 	j.snap, j.snapAt = r.snap, r.snapAt
-	j.chunks++
-	j.rows += int64(len(r.rows))
-	j.cursor = r.next
+	j.chunks += len(r.parts)
+	j.rows += int64(read)
+	for _, part := range r.parts {
+		r.ranges[part.rng].After = part.next
+		r.ranges[part.rng].Done = part.next == nil
+	}
+	j.ranges = r.ranges
+	done := true
+	for _, rg := range j.ranges {
+		done = done && rg.Done
+	}
+	save := time.Since(j.savedAt) >= besideSaveEvery
+	if save {
+		j.savedAt = time.Now()
+	}
 	st := TableState{Table: j.id, Mode: TableSnapshotting, Reason: j.reason, Floor: j.floor}
+	ranges := slices.Clone(j.ranges)
 	b.mu.Unlock()
-	if r.next == nil {
+	if done {
 		b.mu.Lock()
 		j.read = true
 		b.mu.Unlock()
 		return a.finishWhenCaughtUp(j)
 	}
-	enc, err := EncodeCursor(r.next)
+	if !save {
+		return nil
+	}
+	enc, err := EncodeRanges(ranges)
 	if err != nil {
 		if !j.noCur {
 			j.noCur = true
@@ -472,6 +558,46 @@ func (a *applier) besideGone(j *besideJob) error {
 	return p.resnapshot(a.ctx, j.id, j.reason)
 }
 
+// errRoundOver: a round ended without landing, and the loop goes on: the
+// pipeline stopped (the chunks are read again at the next start), or the
+// table was quarantined.
+var errRoundOver = errors.New("pipeline stopped")
+
+// landParts applies a round's chunks at once, one Apply (one target
+// session) each. A chunk the target refuses for the table quarantines it.
+func (a *applier) landParts(j *besideJob, parts []besidePart) error {
+	p := a.p
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for k := range parts {
+		if len(parts[k].rows) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[k] = p.sink.Apply(a.ctx, &Batch{Source: p.cfg.Source, Changes: parts[k].rows})
+		}()
+	}
+	wg.Wait()
+	err := errors.Join(errs...)
+	if err == nil {
+		return nil
+	}
+	if a.ctx.Err() != nil {
+		return errRoundOver
+	}
+	var te *TableError
+	if errors.As(err, &te) && te.Table == j.id {
+		p.removeBeside(j.id)
+		if qerr := p.quarantine(a.ctx, j.id, te.Err); qerr != nil {
+			return qerr
+		}
+		return errRoundOver
+	}
+	return fmt.Errorf("apply snapshot chunk of %s: %w", j.id, err)
+}
+
 // finishBeside ends a job whose last chunk landed and whose first capture
 // the checkpoint has reached: the table streams from its first chunk's
 // version on (nothing older is left to apply).
@@ -489,7 +615,7 @@ func (a *applier) finishBeside(j *besideJob) error {
 	}
 	p.bg.mu.Lock()
 	st := TableState{Table: j.id, Mode: TableStreaming, Reason: j.reason, Floor: j.floor}
-	rows, dropped, chunks, resumed, took := j.rows, j.dropped, j.chunks, j.resumed, time.Since(j.started)
+	rows, dropped, chunks, resumed, took, nr := j.rows, j.dropped, j.chunks, j.resumed, time.Since(j.started), len(j.ranges)
 	p.bg.mu.Unlock()
 	if err := p.setState(a.ctx, st); err != nil {
 		if a.ctx.Err() != nil {
@@ -499,7 +625,7 @@ func (a *applier) finishBeside(j *besideJob) error {
 	}
 	p.removeBeside(j.id)
 	p.cfg.Logger.Info("table snapshotted; streaming it from the snapshot on", "source", p.cfg.Source, "table", j.id.String(),
-		"version", st.Floor.String(), "rows_read", rows, "rows_superseded", dropped, "chunks", chunks, "resumed", resumed,
+		"version", st.Floor.String(), "rows_read", rows, "rows_superseded", dropped, "chunks", chunks, "ranges", nr, "resumed", resumed,
 		"took", took.Round(time.Millisecond))
 	return nil
 }

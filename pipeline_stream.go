@@ -172,9 +172,9 @@ type applier struct {
 	ctx      context.Context // the loop's: cancelled when the pipeline stops
 	batch    *batcher
 	inflight chan error // the background apply's result; nil when none
-	// besideRes is the chunk read's result (pipeline_beside.go); nil
+	// besideRes is the round of chunk reads' result (pipeline_beside.go); nil
 	// when none is outstanding. besideStop cancels it.
-	besideRes  chan besideChunk
+	besideRes  chan besideRound
 	besideStop context.CancelFunc
 }
 

@@ -284,9 +284,9 @@ func (p *Pipeline) pendingSnapshots(ctx context.Context, flush func() error) err
 			// A snapshot beside the stream: resume it after its last
 			// chunk.
 			p.remember(st)
-			cursor, err := DecodeCursor(st.Cursor)
+			ranges, err := DecodeRanges(st.Cursor)
 			if err == nil {
-				if err := p.queueBeside(ctx, st.Table, st.Reason, cursor, st.Floor); err != nil {
+				if err := p.queueBeside(ctx, st.Table, st.Reason, ranges, st.Floor); err != nil {
 					return err
 				}
 				continue

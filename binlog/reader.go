@@ -585,6 +585,26 @@ func (r *Reader) Read(ctx context.Context, req tidemark.ReadRequest) (tidemark.R
 		order = append(order, tidemark.QuoteMySQL(rt.table.Columns[k].Name))
 		orderIdx = append(orderIdx, k)
 	}
+	if req.KeyFrom != nil || req.KeyTo != nil {
+		if req.Column != "" || len(rt.table.Key) == 0 || len(req.KeyFrom) > 1 || len(req.KeyTo) > 1 {
+			return out, fmt.Errorf("read %s: a key range bounds the first key column of a full read", req.Table)
+		}
+		first := tidemark.QuoteMySQL(rt.table.Columns[rt.table.Key[0]].Name)
+		if req.KeyFrom != nil {
+			where = append(where, first+" > ?")
+			args = append(args, req.KeyFrom[0])
+		}
+		switch {
+		case req.KeyTo != nil && req.KeyFrom == nil:
+			// The first range: NULLs (a nullable business key) sort
+			// first and belong to it.
+			where = append(where, "("+first+" <= ? OR "+first+" IS NULL)")
+			args = append(args, req.KeyTo[0])
+		case req.KeyTo != nil:
+			where = append(where, first+" <= ?")
+			args = append(args, req.KeyTo[0])
+		}
+	}
 	if req.After != nil {
 		if len(req.After) != len(order) {
 			return out, fmt.Errorf("read %s: cursor has %d values for %d columns", req.Table, len(req.After), len(order))
@@ -641,6 +661,121 @@ func (r *Reader) Read(ctx context.Context, req tidemark.ReadRequest) (tidemark.R
 		out.Next = next
 	}
 	return out, nil
+}
+
+// KeySplits implements tidemark.KeySplitter. For an integer first key
+// column whose values are dense (MAX − MIN at most four times InnoDB's row
+// estimate: an auto-increment key), n-1 values evenly spaced between MIN
+// and MAX (two index lookups); otherwise (sparse or skewed integers, other
+// kinds) every (rows/n)-th value in key order (one index scan per split,
+// each shorter than the table), so that the ranges hold about as many rows
+// each. Values are raw, as the server compares them (like a cursor).
+func (r *Reader) KeySplits(ctx context.Context, id tidemark.TableID, n int) ([]any, error) {
+	rt, err := r.table(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if n < 2 || len(rt.table.Key) == 0 {
+		return nil, nil
+	}
+	ci := rt.table.Key[0]
+	col := &rt.table.Columns[ci]
+	first := tidemark.QuoteMySQL(col.Name)
+	res, err := r.exec(ctx, "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", id.Database, id.Name)
+	if err != nil {
+		return nil, fmt.Errorf("split %s: %w", id, err)
+	}
+	var rows int64
+	if res.RowNumber() > 0 {
+		rows, _ = res.GetInt(0, 0)
+	}
+	if rows < 10000 {
+		// The estimate of a table just loaded can be far off; counting
+		// a small table is cheap.
+		res, err := r.exec(ctx, "SELECT COUNT(*) FROM "+tableSQL(id))
+		if err != nil {
+			return nil, fmt.Errorf("split %s: %w", id, err)
+		}
+		rows, _ = res.GetInt(0, 0)
+	}
+	if rows < int64(n) {
+		return nil, nil
+	}
+	if col.Kind == tidemark.KindInt || col.Kind == tidemark.KindUint {
+		res, err := r.exec(ctx, "SELECT CAST(MIN("+first+") AS CHAR), CAST(MAX("+first+") AS CHAR) FROM "+tableSQL(id))
+		if err != nil {
+			return nil, fmt.Errorf("split %s: %w", id, err)
+		}
+		lo, _ := res.GetString(0, 0)
+		hi, _ := res.GetString(0, 1)
+		if lo == "" || hi == "" {
+			return nil, nil // empty
+		}
+		if splits, dense, err := intSplits(lo, hi, n, rows); err != nil || dense {
+			return splits, err
+		}
+	}
+	var out []any
+	for i := 1; i < n; i++ {
+		res, err := r.exec(ctx, "SELECT "+rt.selSQL[ci]+" FROM "+tableSQL(id)+" ORDER BY "+first+" LIMIT 1 OFFSET ?", rows*int64(i)/int64(n))
+		if err != nil {
+			return nil, fmt.Errorf("split %s: %w", id, err)
+		}
+		if res.RowNumber() == 0 {
+			break
+		}
+		v, err := res.GetValue(0, 0)
+		if err != nil {
+			return nil, fmt.Errorf("split %s: %w", id, err)
+		}
+		if v == nil {
+			continue // NULLs sort first: the first range has them
+		}
+		v = cursorValue(v)
+		if len(out) > 0 && fmt.Sprint(out[len(out)-1]) == fmt.Sprint(v) {
+			continue // a value of many rows: its range is wider
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// intSplits returns up to n-1 distinct values evenly spaced in [lo, hi),
+// from their decimal text (signed or unsigned 64-bit), when the span holds
+// at most four values per row of the estimate (dense: false otherwise).
+func intSplits(lo, hi string, n int, rows int64) ([]any, bool, error) {
+	l, ok1 := new(big.Int).SetString(lo, 10)
+	h, ok2 := new(big.Int).SetString(hi, 10)
+	if !ok1 || !ok2 {
+		return nil, false, fmt.Errorf("split: key bounds %q, %q are not integers", lo, hi)
+	}
+	span := new(big.Int).Sub(h, l)
+	if span.Cmp(new(big.Int).Mul(big.NewInt(rows), big.NewInt(4))) > 0 {
+		return nil, false, nil
+	}
+	var out []any
+	for i := 1; i < n; i++ {
+		v := new(big.Int).Mul(span, big.NewInt(int64(i)))
+		v.Quo(v, big.NewInt(int64(n)))
+		v.Add(v, l)
+		if v.Cmp(h) >= 0 {
+			break
+		}
+		var x any
+		switch {
+		case v.IsInt64():
+			x = v.Int64()
+		case v.IsUint64():
+			x = v.Uint64()
+		default:
+			return nil, false, fmt.Errorf("split: key value %s is not a 64-bit integer", v)
+		}
+		if len(out) > 0 && out[len(out)-1] == x {
+			continue
+		}
+		out = append(out, x)
+	}
+	return out, true, nil
 }
 
 // cursorValue turns a raw result value into a bind parameter.

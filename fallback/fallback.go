@@ -45,6 +45,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"tidemark"
@@ -168,7 +169,22 @@ type CatchUp struct {
 	src    tidemark.SnapshotSource
 	target Target
 	keys   tidemark.KeyTarget // nil: no key diff possible
+	// readers are the extra readers of a parallel full read (SetReaders).
+	readers []tidemark.SnapshotSource
 }
+
+// SetReaders gives the catch-up more readers of the source, each on a
+// connection of its own that nothing else uses (snapshot.parallelism − 1
+// of them): a full read of a table (a first-run snapshot, a table without
+// a watermark column) is then split into up to 1+len(extra) ranges of its
+// first key column (tidemark.KeySplitter), each read in chunks by its own
+// reader and applied by its own Apply calls at the same time. The target
+// must be safe for concurrent Apply calls (the PostgreSQL sink: one
+// session each). Every row is still stamped with the one captured
+// version, and the stream still resumes at the capture, so the ranges'
+// order does not matter (the overlap is absorbed by the version guard).
+// Memory: up to ReadAhead chunks per range.
+func (c *CatchUp) SetReaders(extra []tidemark.SnapshotSource) { c.readers = extra }
 
 // The defaults of Config's zero fields.
 const (
@@ -670,12 +686,76 @@ func (c *CatchUp) fullRead(ctx context.Context, snap tidemark.Snapshot, req tide
 }
 
 // read reads req to the end, chunk by chunk, applying each; wm, if set,
-// commits with the last chunk.
+// commits with the last chunk. A full read with extra readers (SetReaders)
+// reads the table's key ranges at once (readParallel).
 func (c *CatchUp) read(ctx context.Context, req tidemark.ReadRequest, wm *tidemark.Watermark, tr *TableReport) error {
+	if req.Column == "" && len(c.readers) > 0 {
+		ranges, err := splitTable(ctx, c.src, req.Table, 1+len(c.readers))
+		if err != nil {
+			return fmt.Errorf("split %s for a parallel read: %w", req.Table, err)
+		}
+		if len(ranges) > 1 {
+			return c.readParallel(ctx, req, ranges, wm, tr)
+		}
+	}
+	return c.readRange(ctx, c.src, req, wm, tr, nil)
+}
+
+// readParallel reads each range with a reader of its own (c.src first,
+// then c.readers), applying its chunks as they come; wm commits once every
+// range is in.
+func (c *CatchUp) readParallel(ctx context.Context, req tidemark.ReadRequest, ranges []tidemark.SnapshotRange, wm *tidemark.Watermark, tr *TableReport) error {
+	srcs := append([]tidemark.SnapshotSource{c.src}, c.readers...)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make([]error, len(ranges))
+	for i, r := range ranges {
+		rq := req
+		rq.KeyFrom, rq.KeyTo = r.From, r.To
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if errs[i] = c.readRange(ctx, srcs[i%len(srcs)], rq, nil, tr, &mu); errs[i] != nil {
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if wm != nil {
+		if _, err := c.target.Apply(ctx, &tidemark.Batch{Source: c.cfg.Source, Watermarks: []tidemark.Watermark{*wm}}); err != nil {
+			return err
+		}
+	}
+	if c.cfg.Progress != nil {
+		c.cfg.Progress(Progress{Table: tr.Table, Rows: tr.Rows, Chunks: tr.Chunks, Done: true, BeyondUpper: tr.BeyondUpper})
+	}
+	c.cfg.Logger.Info("table read in parallel key ranges", "table", req.Table.String(), "ranges", len(ranges), "readers", len(srcs))
+	return nil
+}
+
+// readRange reads req to the end from src, chunk by chunk, applying each;
+// wm, if set, commits with the last chunk. With mu (a range of a parallel
+// read) tr is updated under it, and the progress never says done.
+func (c *CatchUp) readRange(ctx context.Context, src tidemark.SnapshotSource, req tidemark.ReadRequest, wm *tidemark.Watermark, tr *TableReport, mu *sync.Mutex) error {
 	type chunk struct {
 		res  tidemark.ReadResult
 		took time.Duration
 		err  error
+	}
+	lock := func() {}
+	unlock := lock
+	if mu != nil {
+		lock, unlock = mu.Lock, mu.Unlock
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	chunks := make(chan chunk, c.cfg.ReadAhead-1)
@@ -685,7 +765,7 @@ func (c *CatchUp) read(ctx context.Context, req tidemark.ReadRequest, wm *tidema
 		defer close(chunks)
 		for {
 			t0 := time.Now()
-			res, err := c.src.Read(ctx, req)
+			res, err := src.Read(ctx, req)
 			select {
 			case chunks <- chunk{res: res, took: time.Since(t0), err: err}:
 			case <-ctx.Done():
@@ -702,13 +782,17 @@ func (c *CatchUp) read(ctx context.Context, req tidemark.ReadRequest, wm *tidema
 		<-done
 	}()
 	for ch := range chunks {
+		lock()
 		tr.ReadTime += ch.took
+		unlock()
 		if ch.err != nil {
 			return ch.err
 		}
 		res := ch.res
+		lock()
 		tr.Rows += int64(len(res.Changes))
 		tr.Chunks++
+		unlock()
 		b := &tidemark.Batch{Source: c.cfg.Source, Changes: res.Changes}
 		last := res.Next == nil
 		if last && wm != nil {
@@ -718,14 +802,20 @@ func (c *CatchUp) read(ctx context.Context, req tidemark.ReadRequest, wm *tidema
 		if len(b.Changes) > 0 || len(b.Watermarks) > 0 {
 			t0 := time.Now()
 			st, err := c.target.Apply(ctx, b)
+			lock()
 			tr.ApplyTime += time.Since(t0)
+			unlock()
 			if err != nil {
 				return err
 			}
+			lock()
 			tr.Applied.Add(st)
+			unlock()
 		}
 		if c.cfg.Progress != nil {
-			c.cfg.Progress(Progress{Table: tr.Table, Rows: tr.Rows, Chunks: tr.Chunks, Done: last, BeyondUpper: tr.BeyondUpper})
+			lock()
+			c.cfg.Progress(Progress{Table: tr.Table, Rows: tr.Rows, Chunks: tr.Chunks, Done: last && mu == nil, BeyondUpper: tr.BeyondUpper})
+			unlock()
 		}
 		if last {
 			return nil

@@ -185,34 +185,40 @@ func (c *CatchUp) quarantine(ctx context.Context, te *tidemark.TableError, reg t
 }
 
 // Chunks returns the pipeline's tidemark.ChunkSnapshotter (snapshots
-// beside the stream): chunks of ChunkRows rows in key order, read from src
+// beside the stream): chunks of ChunkRows rows in key order, read from
+// srcs (one reader per range read at once: Parallelism() is len(srcs))
 // after a capture and stamped with its version; at the end the target
 // table is created if the table had no rows, and the source's secondary
-// indexes (idx) are mirrored onto it. src and idx must be used by nothing
-// else (a reader of its own: its chunks are read while the pipeline uses
-// the catch-up's reader); the calls are serialized.
-func (c *CatchUp) Chunks(src tidemark.SnapshotSource, idx tidemark.IndexLister, reg Registry) tidemark.ChunkSnapshotter {
-	return &chunks{chunkRows: c.cfg.ChunkRows, src: src, idx: idx, reg: reg}
+// indexes (idx) are mirrored onto it. srcs and idx must be used by nothing
+// else (readers of their own: their chunks are read while the pipeline
+// uses the catch-up's reader); the calls on one reader are serialized,
+// idx is srcs[0] or used under its lock.
+func (c *CatchUp) Chunks(srcs []tidemark.SnapshotSource, idx tidemark.IndexLister, reg Registry) tidemark.ChunkSnapshotter {
+	s := &chunks{chunkRows: c.cfg.ChunkRows, srcs: srcs, idx: idx, reg: reg, mu: make([]sync.Mutex, len(srcs))}
+	return s
 }
 
 type chunks struct {
 	chunkRows int
-	src       tidemark.SnapshotSource
+	srcs      []tidemark.SnapshotSource
 	idx       tidemark.IndexLister
 	reg       Registry
 
-	mu sync.Mutex // one statement at a time on src
+	mu []sync.Mutex // per reader: one statement at a time on it
 }
+
+// Parallelism implements tidemark.ChunkSnapshotter.
+func (s *chunks) Parallelism() int { return len(s.srcs) }
 
 // Chunkable implements tidemark.ChunkSnapshotter.
 func (s *chunks) Chunkable(ctx context.Context, id tidemark.TableID) (bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	present, err := s.src.Tables(ctx)
+	s.mu[0].Lock()
+	defer s.mu[0].Unlock()
+	present, err := s.srcs[0].Tables(ctx)
 	if err != nil || !slices.Contains(present, id) {
 		return false, err
 	}
-	t, err := s.src.Table(ctx, id)
+	t, err := s.srcs[0].Table(ctx, id)
 	if errors.Is(err, tidemark.ErrTableGone) {
 		return false, nil // gone since the listing: nothing to read in chunks
 	}
@@ -222,18 +228,54 @@ func (s *chunks) Chunkable(ctx context.Context, id tidemark.TableID) (bool, erro
 	return len(t.Key) > 0, nil
 }
 
+// Split implements tidemark.ChunkSnapshotter.
+func (s *chunks) Split(ctx context.Context, id tidemark.TableID, n int) ([]tidemark.SnapshotRange, error) {
+	s.mu[0].Lock()
+	defer s.mu[0].Unlock()
+	return splitTable(ctx, s.srcs[0], id, n)
+}
+
+// splitTable divides a table into up to n ranges with src's KeySplits (one
+// range when it cannot).
+func splitTable(ctx context.Context, src tidemark.SnapshotSource, id tidemark.TableID, n int) ([]tidemark.SnapshotRange, error) {
+	ks, ok := src.(tidemark.KeySplitter)
+	if n < 2 || !ok {
+		return []tidemark.SnapshotRange{{}}, nil
+	}
+	splits, err := ks.KeySplits(ctx, id, n)
+	if err != nil {
+		return nil, err
+	}
+	return tidemark.SplitRanges(splits), nil
+}
+
 // Capture implements tidemark.ChunkSnapshotter.
 func (s *chunks) Capture(ctx context.Context) (tidemark.Snapshot, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.src.Capture(ctx)
+	s.mu[0].Lock()
+	defer s.mu[0].Unlock()
+	snap, err := s.srcs[0].Capture(ctx)
+	if err != nil {
+		return snap, err
+	}
+	// Every reader reads the tables as they are now (a capture forgets
+	// the cached schemas: one from before an ALTER TABLE must not decode
+	// a chunk read after it).
+	for i := 1; i < len(s.srcs); i++ {
+		if f, ok := s.srcs[i].(interface{ ForgetTables() }); ok {
+			s.mu[i].Lock()
+			f.ForgetTables()
+			s.mu[i].Unlock()
+		}
+	}
+	return snap, nil
 }
 
 // ReadChunk implements tidemark.ChunkSnapshotter.
-func (s *chunks) ReadChunk(ctx context.Context, id tidemark.TableID, after []any, snap tidemark.Snapshot) ([]tidemark.Change, []any, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	res, err := s.src.Read(ctx, tidemark.ReadRequest{Table: id, After: after, Limit: s.chunkRows, Snapshot: snap})
+func (s *chunks) ReadChunk(ctx context.Context, id tidemark.TableID, worker int, r tidemark.SnapshotRange, snap tidemark.Snapshot) ([]tidemark.Change, []any, error) {
+	w := worker % len(s.srcs)
+	s.mu[w].Lock()
+	defer s.mu[w].Unlock()
+	res, err := s.srcs[w].Read(ctx, tidemark.ReadRequest{Table: id, After: r.After, KeyFrom: r.From, KeyTo: r.To, Limit: s.chunkRows, Snapshot: snap})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -242,9 +284,9 @@ func (s *chunks) ReadChunk(ctx context.Context, id tidemark.TableID, after []any
 
 // FinishSnapshot implements tidemark.ChunkSnapshotter.
 func (s *chunks) FinishSnapshot(ctx context.Context, id tidemark.TableID) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t, err := s.src.Table(ctx, id)
+	s.mu[0].Lock()
+	defer s.mu[0].Unlock()
+	t, err := s.srcs[0].Table(ctx, id)
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,9 @@ package integration
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -34,6 +36,16 @@ const (
 // daemon on it and waits until it streams.
 func snapFixture(t *testing.T, f *fixture, prefix string) (db, cfg string, d *daemonProc) {
 	t.Helper()
+	db, cfg = snapTables(t, f, prefix, 1)
+	d = f.startDaemon(t, cfg)
+	f.waitCaughtUp(t, db, d)
+	return db, cfg, d
+}
+
+// snapTables creates db with big (snapBigRows rows) and small and writes
+// a daemon config for it with snapshot.parallelism par.
+func snapTables(t *testing.T, f *fixture, prefix string, par int) (db, cfg string) {
+	t.Helper()
 	db = testenv.Name(prefix)
 	f.dropLater(t, db, db)
 	f.forgetStates(t, db)
@@ -42,10 +54,8 @@ func snapFixture(t *testing.T, f *fixture, prefix string) (db, cfg string, d *da
 		fmt.Sprintf("INSERT INTO big (id, v, pad) SELECT seq, seq, REPEAT('p', 50) FROM seq_1_to_%d", snapBigRows),
 		"CREATE TABLE small (id INT PRIMARY KEY, v INT NOT NULL)",
 		"INSERT INTO small VALUES (1, 1)")
-	cfg = f.relConfig(t, db, db, relOpts{Extra: fmt.Sprintf("fallback:\n  chunk_rows: %d\n", snapChunkRows)})
-	d = f.startDaemon(t, cfg)
-	f.waitCaughtUp(t, db, d)
-	return db, cfg, d
+	cfg = f.relConfig(t, db, db, relOpts{Extra: fmt.Sprintf("fallback:\n  chunk_rows: %d\nsnapshot:\n  parallelism: %d\n", snapChunkRows, par)})
+	return db, cfg
 }
 
 // snapLoad writes to big from its own connection until stop is called:
@@ -164,6 +174,31 @@ func (f *fixture) endResync(t *testing.T, d *daemonProc, db string, stopLoad fun
 	return logs
 }
 
+// resyncKilled resyncs big under the write load, kills the daemon
+// (SIGKILL) once a third of big is in the target, starts it again (*d)
+// and waits for the end of the resync: it returns the restarted daemon's
+// log, the rows its snapshot read, the rows big then holds and the ranges
+// the snapshot was read in.
+func (f *fixture) resyncKilled(t *testing.T, d **daemonProc, db, cfg string) (logs string, read, total, ranges int) {
+	t.Helper()
+	stopLoad := f.startResync(t, *d, db, cfg)
+	f.waitBigRows(t, *d, db, snapBigRows/3)
+	(*d).kill()
+	first := (*d).stderr.String()
+	*d = f.startDaemon(t, cfg)
+	logs = f.endResync(t, *d, db, stopLoad)
+	if err := f.pg.QueryRow(f.ctx, `SELECT count(*) FROM "`+db+`".big`).Scan(&total); err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`msg="table snapshotted[^\n]*rows_read=(\d+)[^\n]*ranges=(\d+)`).FindStringSubmatch(logs)
+	if m == nil {
+		t.Fatalf("no 'table snapshotted … rows_read= … ranges=' line after the restart (killed run:\n%s)\nrestarted run:\n%s", tail(first, 5), grepLines(logs, "snapshot"))
+	}
+	read, _ = strconv.Atoi(m[1])
+	ranges, _ = strconv.Atoi(m[2])
+	return logs, read, total, ranges
+}
+
 // TestSnapshotBesideStream: while big is resynced (hundreds of chunks,
 // under inserts, updates, deletes and key changes), a row written to small
 // after the snapshot started reaches the target before big's snapshot
@@ -206,22 +241,8 @@ func TestSnapshotBesideStream(t *testing.T) {
 func TestSnapshotResumesAfterKill9(t *testing.T) {
 	f := newFixture(t)
 	db, cfg, d := snapFixture(t, f, "it_snapresume_")
-	stopLoad := f.startResync(t, d, db, cfg)
-	f.waitBigRows(t, d, db, snapBigRows/3)
-	d.kill()
-	first := d.stderr.String()
-	d = f.startDaemon(t, cfg)
 	defer cleanupDaemon(&d)
-	logs := f.endResync(t, d, db, stopLoad)
-	var total int
-	if err := f.pg.QueryRow(f.ctx, `SELECT count(*) FROM "`+db+`".big`).Scan(&total); err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`msg="table snapshotted[^\n]*rows_read=(\d+)`).FindStringSubmatch(logs)
-	if m == nil {
-		t.Fatalf("no 'table snapshotted … rows_read=' line after the restart (killed run:\n%s)\nrestarted run:\n%s", tail(first, 5), grepLines(logs, "snapshot"))
-	}
-	read, _ := strconv.Atoi(m[1])
+	logs, read, total, _ := f.resyncKilled(t, &d, db, cfg)
 	if !strings.Contains(logs, "resuming an interrupted snapshot") || read >= total-snapBigRows/4 {
 		t.Fatalf("the restarted run read %d rows of %d and did not resume after the last chunk:\n%s", read, total, grepLines(logs, "snapshot"))
 	}
@@ -248,6 +269,75 @@ func TestSnapshotRestartsOnSchemaChange(t *testing.T) {
 	if l := grepLines(logs, "restarting the snapshot of a table from its first chunk"); !strings.Contains(l, "level=WARN") || !strings.Contains(l, db+".big") {
 		t.Fatalf("the ALTER during big's snapshot did not restart it loudly:\n%s", grepLines(logs, "snapshot"))
 	}
+	f.compare(t, harness.TableSpec{Database: db, Table: "big", SourceZone: "UTC"})
+	f.compare(t, harness.TableSpec{Database: db, Table: "small", SourceZone: "UTC"})
+}
+
+// snapPar is the parallelism of the parallel snapshot tests: three key
+// ranges of big, each read on its own source connection and written in
+// its own PostgreSQL session.
+const snapPar = 3
+
+// TestParallelSnapshot (snapshot.parallelism, issue 25 §2): big's
+// first-run snapshot and then its resync beside the stream are each split
+// into snapPar key ranges read and written at once, under a write load on
+// big (inserts past the end, updates, deletes and key changes everywhere,
+// from before the first start to after the resync); big and small then
+// equal the source row by row. A bad snapshot.parallelism is refused
+// naming the field.
+func TestParallelSnapshot(t *testing.T) {
+	f := newFixture(t)
+	db, cfg := snapTables(t, f, "it_snappar_", snapPar)
+	good, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	badCfg := filepath.Join(t.TempDir(), "bad.yaml")
+	bad := strings.Replace(string(good), fmt.Sprintf("parallelism: %d", snapPar), "parallelism: -2", 1)
+	if err := os.WriteFile(badCfg, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out := runBinary(t, 60*time.Second, []string{"TM_IT_MYSQL_PASSWORD=" + f.env.MySQLPassword, "TM_IT_PG_DSN=" + f.env.PGDSN}, "run", "--config", badCfg)
+	if code == 0 || !strings.Contains(out, "snapshot.parallelism: must be between 1 and 64") {
+		t.Fatalf("tidemark run with snapshot.parallelism: -2 exited %d without naming the field:\n%s", code, tail(out, 10))
+	}
+	stopLoad := snapLoad(t, f, db)
+	d := f.startDaemon(t, cfg)
+	defer cleanupDaemon(&d)
+	f.waitCaughtUp(t, db, d)
+	// Once more, to a position past the first run's capture: big is then
+	// admitted by the stream (its first batch records it streaming, which
+	// would overwrite a resync requested before).
+	f.waitCaughtUp(t, db, d)
+	if l := grepLines(d.stderr.String(), "table read in parallel key ranges"); !strings.Contains(l, db+".big") || !strings.Contains(l, fmt.Sprintf("ranges=%d", snapPar)) {
+		t.Fatalf("the first-run snapshot of big was not read in %d ranges:\n%s", snapPar, grepLines(d.stderr.String(), "catch"))
+	}
+	f.requestResync(t, cfg, db+".big")
+	f.waitState(t, d, db, db, "big", "snapshotting")
+	logs := f.endResync(t, d, db, stopLoad)
+	if l := grepLines(logs, "table snapshotted"); !strings.Contains(l, fmt.Sprintf("ranges=%d", snapPar)) {
+		t.Fatalf("the resync of big beside the stream was not read in %d ranges:\n%s", snapPar, grepLines(logs, "snapshot"))
+	}
+	f.compare(t, harness.TableSpec{Database: db, Table: "big", SourceZone: "UTC"})
+	f.compare(t, harness.TableSpec{Database: db, Table: "small", SourceZone: "UTC"})
+}
+
+// TestParallelSnapshotResumesAfterKill9: a parallel resync of big under a
+// write load is killed (SIGKILL) once a third of it is in the target; the
+// next start resumes each of its snapPar ranges after its recorded
+// progress (it reads fewer rows than the table holds) and big then equals
+// the source row by row.
+func TestParallelSnapshotResumesAfterKill9(t *testing.T) {
+	f := newFixture(t)
+	db, cfg := snapTables(t, f, "it_snapparkill_", snapPar)
+	d := f.startDaemon(t, cfg)
+	f.waitCaughtUp(t, db, d)
+	defer cleanupDaemon(&d)
+	logs, read, total, ranges := f.resyncKilled(t, &d, db, cfg)
+	if !strings.Contains(logs, "resuming an interrupted snapshot") || ranges != snapPar || read >= total-snapBigRows/4 {
+		t.Fatalf("the restarted run read %d rows of %d in %d ranges and did not resume each range after its progress:\n%s", read, total, ranges, grepLines(logs, "snapshot"))
+	}
+	t.Logf("after the kill the parallel snapshot resumed: %d rows read of %d", read, total)
 	f.compare(t, harness.TableSpec{Database: db, Table: "big", SourceZone: "UTC"})
 	f.compare(t, harness.TableSpec{Database: db, Table: "small", SourceZone: "UTC"})
 }

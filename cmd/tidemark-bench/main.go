@@ -73,6 +73,7 @@ type options struct {
 	applyRows                                          int
 	appliers                                           int
 	tailerProfile                                      string
+	snapParRows                                        int
 }
 
 // loadAtStart is the load average when the bench started.
@@ -101,6 +102,7 @@ func main() {
 	flag.IntVar(&o.applyRows, "apply", 0, "instead: benchmark the scale-out topology (1, 2, 3 appliers vs run) on a backlog of this many inserts")
 	flag.IntVar(&o.appliers, "appliers", 3, "with -apply: measure groups of 1 … this many appliers (0: the tailer only, K/D)")
 	flag.StringVar(&o.tailerProfile, "tailer-profile", "", "with -apply: write CPU, block and mutex profiles of the Kafka tailer to this prefix (PREFIX.cpu.N, PREFIX.block.N, PREFIX.mutex.N for run N)")
+	flag.IntVar(&o.snapParRows, "snapshot-parallel", 0, "instead: the first-run snapshot of a table of this many rows at snapshot.parallelism 1, 2 and 4, each against the COPY ceiling of the same run")
 	flag.Parse()
 	loadAtStart = loadAvg()
 	// The same GC settings as the tidemark binary (cmd/tidemark tuneGC), for
@@ -109,6 +111,13 @@ func main() {
 	debug.SetMemoryLimit(200 << 20)
 	if o.peerRows > 0 {
 		if err := benchPeers(context.Background(), o); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if o.snapParRows > 0 {
+		if err := benchSnapshotParallel(context.Background(), o); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
@@ -565,6 +574,10 @@ func naive(ctx context.Context, pg *pgx.Conn, n int) (result, error) {
 // batchChanges is the -batch flag: batch.max_changes of every daemon run.
 var batchChanges int
 
+// snapshotPar is snapshot.parallelism of the configs writeConfigDB writes
+// (0: tidemark's default).
+var snapshotPar int
+
 // daemonLog is the -daemon-log flag: log.level of every daemon run.
 var daemonLog = "warn"
 
@@ -593,6 +606,9 @@ log:
 `, source, env.MySQLAddr, env.MySQLUser, 7100+len(source)+len(table), zone, db, table, start, source, daemonLog)
 	if batchChanges > 0 {
 		y += fmt.Sprintf("batch:\n  max_changes: %d\n", batchChanges)
+	}
+	if snapshotPar > 0 {
+		y += fmt.Sprintf("snapshot:\n  parallelism: %d\n", snapshotPar)
 	}
 	f, err := os.CreateTemp("", "tidemark-bench-*.yaml")
 	if err != nil {

@@ -13,6 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/go-mysql-org/go-mysql/client"
+
 	"tidemark"
 	"tidemark/integration/harness"
 )
@@ -75,23 +77,9 @@ func benchPeers(ctx context.Context, o options) error {
 	}
 	defer cleanup()
 	rows := o.peerRows
-	fmt.Fprintf(os.Stderr, "== loading %d rows into %s.t\n", rows, peersDB)
-	t0 := time.Now()
-	if err := harness.Exec(my, "DROP DATABASE IF EXISTS "+peersDB, "CREATE DATABASE "+peersDB, "USE "+peersDB, peersDDL,
-		"SET time_zone = '"+zone+"'"); err != nil {
+	if err := loadPeersTable(my, rows); err != nil {
 		return err
 	}
-	for lo := 0; lo < rows; lo += 100000 {
-		n := min(100000, rows-lo)
-		if err := harness.Exec(my, fmt.Sprintf(`INSERT INTO t (id, amount, name, created_at, doc)
-			SELECT %d + seq, (seq %% 1000000) / 100, CONCAT('name-', seq, IF(seq %% 7 = 0, '-é✓', '')),
-				NOW(6) - INTERVAL (%d + seq) SECOND,
-				CONCAT('{"k": ', seq, ', "tags": ["a", "b"], "price": ', seq %% 1000, '.50}')
-			FROM seq_1_to_%d`, lo, lo, n)); err != nil {
-			return err
-		}
-	}
-	fmt.Fprintf(os.Stderr, "   loaded in %s\n", time.Since(t0).Round(time.Millisecond))
 	if err := resetTargets(ctx, pg, "peers_"); err != nil {
 		return err
 	}
@@ -291,6 +279,28 @@ func benchPeers(ctx context.Context, o options) error {
 	}
 	return replaceSection(o.out, "peers", fmt.Sprintf("## Peers: pgloader and pg_chameleon versus tidemark's first-run snapshot (`make bench-peers`, %s)\n\n%d-row table (BIGINT PK, DECIMAL(12,2), VARCHAR(64) with some non-ASCII names, DATETIME(6) written in %s, TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6), JSON), loaded by each tool into its own PostgreSQL schema, back to back in each run (pg_chameleon 2.0 from PyPI in a venv under .data/, its `init_replica`); the copies of run 1 checked with `tidemark verify`. Then, once: pg_chameleon's `start_replica` and `tidemark run` drain the same backlog of changes written after their initial copies, both copies checked with `tidemark verify`. %s\n\n```\n%s```\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), rows, zone, machine(), b.String()))
+}
+
+// loadPeersTable creates peersDB.t with rows rows (the peers' table).
+func loadPeersTable(my *client.Conn, rows int) error {
+	fmt.Fprintf(os.Stderr, "== loading %d rows into %s.t\n", rows, peersDB)
+	t0 := time.Now()
+	if err := harness.Exec(my, "DROP DATABASE IF EXISTS "+peersDB, "CREATE DATABASE "+peersDB, "USE "+peersDB, peersDDL,
+		"SET time_zone = '"+zone+"'"); err != nil {
+		return err
+	}
+	for lo := 0; lo < rows; lo += 100000 {
+		n := min(100000, rows-lo)
+		if err := harness.Exec(my, fmt.Sprintf(`INSERT INTO t (id, amount, name, created_at, doc)
+			SELECT %d + seq, (seq %% 1000000) / 100, CONCAT('name-', seq, IF(seq %% 7 = 0, '-é✓', '')),
+				NOW(6) - INTERVAL (%d + seq) SECOND,
+				CONCAT('{"k": ', seq, ', "tags": ["a", "b"], "price": ', seq %% 1000, '.50}')
+			FROM seq_1_to_%d`, lo, lo, n)); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(os.Stderr, "   loaded in %s\n", time.Since(t0).Round(time.Millisecond))
+	return nil
 }
 
 // timeChild runs a command to its end and returns its wall-clock time and

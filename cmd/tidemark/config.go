@@ -33,6 +33,7 @@ type Config struct {
 	Target   TargetConfig   `yaml:"target"`
 	Batch    BatchConfig    `yaml:"batch"`
 	Fallback FallbackConfig `yaml:"fallback"`
+	Snapshot SnapshotConfig `yaml:"snapshot"`
 	Dedupe   DedupeConfig   `yaml:"dedupe"`
 	Verify   VerifyConfig   `yaml:"verify"`
 	Metrics  MetricsConfig  `yaml:"metrics"`
@@ -82,6 +83,34 @@ type FallbackConfig struct {
 	ChunkRows       int                            `yaml:"chunk_rows"`
 	FutureTolerance time.Duration                  `yaml:"future_tolerance"`
 	Tables          map[string]FallbackTableConfig `yaml:"tables"`
+}
+
+// SnapshotConfig configures how one table's snapshot is read and written
+// with the PostgreSQL target alone (docs/SNAPSHOTS.md, "Parallel
+// snapshot").
+type SnapshotConfig struct {
+	// Parallelism is how many key ranges of one table are read at once,
+	// each on a source connection of its own, and written at once, each
+	// in a PostgreSQL session of its own: the first-run snapshot and the
+	// snapshots beside the stream (resync, backfill, new table). Default
+	// DefaultSnapshotParallelism; 1 is the single reader and COPY stream.
+	Parallelism int `yaml:"parallelism"`
+}
+
+// DefaultSnapshotParallelism is snapshot.parallelism's default: what wins
+// on the 2-core machine this project runs on (docs/PERFORMANCE.md,
+// "Parallel snapshot"); a 16-core machine would use 8.
+const DefaultSnapshotParallelism = 2
+
+// MaxSnapshotParallelism bounds snapshot.parallelism.
+const MaxSnapshotParallelism = 64
+
+// snapshotParallelism is snapshot.parallelism with its default.
+func (c *Config) snapshotParallelism() int {
+	if c.Snapshot.Parallelism == 0 {
+		return DefaultSnapshotParallelism
+	}
+	return c.Snapshot.Parallelism
 }
 
 // FallbackTableConfig is the catch-up of one table.
@@ -447,6 +476,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Batch.MaxDelay < 0 {
 		errs = append(errs, errors.New("config: batch.max_delay: must be ≥ 0"))
+	}
+	if n := c.Snapshot.Parallelism; n < 0 || n > MaxSnapshotParallelism {
+		errs = append(errs, fmt.Errorf("config: snapshot.parallelism: must be between 1 and %d (0 or unset: %d), got %d", MaxSnapshotParallelism, DefaultSnapshotParallelism, n))
 	}
 	switch c.Log.Level {
 	case "", "debug", "info", "warn", "error":

@@ -77,6 +77,8 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"secret in a number field", strings.Replace(goodConfig, "server_id: 4242", "server_id: ${TM_PW}", 1), "source.server_id"},
 		{"unknown nested key", strings.Replace(goodConfig, "delete_mode: soft", "delete_mode: soft\n    sslmode: off", 1), "sslmode"},
 		{"bad business key", strings.Replace(goodConfig, "shop.orders:", "orders:", 1), "business_keys"},
+		{"negative snapshot parallelism", goodConfig + "snapshot:\n  parallelism: -1\n", "config: snapshot.parallelism: must be between 1 and 64"},
+		{"too many snapshot readers", goodConfig + "snapshot:\n  parallelism: 65\n", "config: snapshot.parallelism: must be between 1 and 64"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -158,6 +158,7 @@ func codeDefaults(t *testing.T) map[string]any {
 		"dedupe.tolerance":                  dd.Tolerance,
 		"dedupe.max_keys":                   dedupe.DefaultMaxKeys,
 		"fallback.enabled":                  cfg.FallbackOn(),
+		"snapshot.parallelism":              cfg.snapshotParallelism(),
 		"metrics.listen":                    m.Listen,
 		"verify.chunk_rows":                 verify.DefaultChunkRows,
 		"verify.examples":                   verify.DefaultExamples,

@@ -21,9 +21,10 @@ import (
 type daemon struct {
 	tailer *binlog.Tailer
 	reader *binlog.Reader
-	// chunkReader reads the snapshots beside the stream (nil when they
-	// run inside the apply loop).
-	chunkReader *binlog.Reader
+	// chunkReaders read the snapshots beside the stream, one per key
+	// range read at once (snapshot.parallelism; none when they run
+	// inside the apply loop).
+	chunkReaders []tidemark.SnapshotSource
 	// state is the target that keeps the source's state (table states,
 	// verify, status: PostgreSQL); its sink is nil with Kafka alone and
 	// in the scale-out tailer. target is what the pipeline applies to:
@@ -71,8 +72,12 @@ func assemble(ctx context.Context, cfg *Config, log *slog.Logger, progress io.Wr
 		// PostgreSQL alone: a table's snapshot runs beside the stream, a
 		// chunk at a time, on a reader of its own (with Kafka it stays
 		// inside the apply loop).
-		if d.chunkReader, err = openChunkReader(d.tailer, &d.cl); err != nil {
-			return nil, err
+		for range cfg.snapshotParallelism() {
+			r, err := openChunkReader(d.tailer, &d.cl)
+			if err != nil {
+				return nil, err
+			}
+			d.chunkReaders = append(d.chunkReaders, r)
 		}
 	}
 	if d.dedupe, err = cfg.dedupeWindow(log); err != nil {
@@ -112,6 +117,20 @@ func openCatchUp(ctx context.Context, cfg *Config, log *slog.Logger, progress io
 	}
 	d.registry, _ = d.state.sink.(fallback.Registry)
 	d.clock, _ = d.state.sink.(tidemark.Clock)
+	if cfg.Target.Kafka == nil && d.registry != nil && d.catchUp != nil {
+		// PostgreSQL alone (safe for concurrent applies): a full read
+		// of a table is split into snapshot.parallelism key ranges,
+		// read at once on readers of their own.
+		var extra []tidemark.SnapshotSource
+		for range cfg.snapshotParallelism() - 1 {
+			r, err := openChunkReader(d.tailer, &d.cl)
+			if err != nil {
+				return nil, err
+			}
+			extra = append(extra, r)
+		}
+		d.catchUp.SetReaders(extra)
+	}
 	return d, nil
 }
 
@@ -390,8 +409,9 @@ func (d *daemon) pipelineConfig(cfg *Config, log *slog.Logger, onApply func(*tid
 		// which tables it has); with Kafka alone they are streamed from
 		// their first change.
 		pc.Snapshot = d.catchUp.Snapshotter(d.reader, d.registry, nil)
-		if d.chunkReader != nil {
-			pc.Chunks = d.catchUp.Chunks(d.chunkReader, d.chunkReader, d.registry)
+		if len(d.chunkReaders) > 0 {
+			idx, _ := d.chunkReaders[0].(tidemark.IndexLister)
+			pc.Chunks = d.catchUp.Chunks(d.chunkReaders, idx, d.registry)
 		}
 	} else if tt, ok := d.target.(tailerTarget); ok && d.catchUp != nil {
 		// The scale-out tailer snapshots for resyncs and backfills, its

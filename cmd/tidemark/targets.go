@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"runtime"
 	"strings"
 	"time"
 
@@ -82,7 +83,13 @@ func openStateTarget(ctx context.Context, cfg *Config, log *slog.Logger, mode op
 // filled in by the caller).
 func (c *Config) PostgresSinkConfig() postgres.Config {
 	p := c.Target.Postgres
-	return postgres.Config{DSN: p.DSN, TargetSchema: p.Schema, DeleteMode: postgres.DeleteMode(p.DeleteMode), MaxConns: p.MaxConns,
+	conns := p.MaxConns
+	if conns == 0 {
+		// pgx's default, and room for a parallel snapshot's writers
+		// (one session each) beside the stream's and the lock's.
+		conns = max(4, runtime.NumCPU(), c.snapshotParallelism()+3)
+	}
+	return postgres.Config{DSN: p.DSN, TargetSchema: p.Schema, DeleteMode: postgres.DeleteMode(p.DeleteMode), MaxConns: conns,
 		ApplyTimeout: p.ApplyTimeout,
 		// The appliers (an apply section) keep added columns nullable:
 		// SchemaPolicy.KeepNullable.
