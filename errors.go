@@ -54,6 +54,14 @@ var (
 	// binlog carries the RENAME or DROP, after the position the read
 	// captured, so the stream follows it; the read leaves the table out.
 	ErrTableGone = errors.New("table no longer exists on the source")
+	// ErrServerIDInUse means the source server ended a binlog stream
+	// because another client registered with the same replica server_id:
+	// MariaDB and MySQL keep one binlog dump per id and end the older one
+	// (a process that was killed leaves nothing in the way: the newer one
+	// always wins). Reconnecting would end the other client's stream in
+	// turn, so a source takes its id back only while its pipeline proves
+	// that it is still the source's only writer (WriterCheckable).
+	ErrServerIDInUse = errors.New("another replica connected with this replica server_id")
 )
 
 // ValueError reports a value that cannot be normalized, naming where it came

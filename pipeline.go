@@ -203,16 +203,21 @@ func (p *Pipeline) setLast(pos Position) {
 // checkpoint.
 func (p *Pipeline) Run(ctx context.Context, from Position) (err error) {
 	if l, ok := p.sink.(SourceLocker); ok {
-		release, err := p.lockSource(ctx, l)
-		if err != nil || release == nil {
-			return err
+		// Not err: the deferred check below sets Run's own.
+		release, lerr := p.lockSource(ctx, l)
+		if lerr != nil || release == nil {
+			return lerr
 		}
 		defer release()
 		if c, ok := p.sink.(SourceLockChecker); ok {
 			var lost context.CancelCauseFunc
 			ctx, lost = context.WithCancelCause(ctx)
+			lc := &lockCheck{p: p, c: c, lost: lost}
+			if w, ok := p.source.(WriterCheckable); ok {
+				w.SetWriterCheck(lc.writer)
+			}
 			done := make(chan struct{})
-			go p.watchLock(ctx, c, lost, done)
+			go p.watchLock(ctx, lc, done)
 			defer func() {
 				lost(nil)
 				<-done
@@ -272,12 +277,12 @@ func (p *Pipeline) Run(ctx context.Context, from Position) (err error) {
 }
 
 // watchLock checks the source's lock every LockCheckInterval until ctx is
-// done, and cancels it with ErrSourceLockLost when another process holds
-// the lock, or when the lock had to be taken again and the checkpoint shows
-// that another process wrote meanwhile. A check that cannot reach the
-// server is repeated (what this pipeline writes cannot commit then
-// either). It closes done when it returns.
-func (p *Pipeline) watchLock(ctx context.Context, c SourceLockChecker, lost context.CancelCauseFunc, done chan<- struct{}) {
+// done; the check cancels ctx with ErrSourceLockLost when another process
+// holds the lock, or when the lock had to be taken again and the
+// checkpoint shows that another process wrote meanwhile. A check that
+// cannot reach the server is repeated (what this pipeline writes cannot
+// commit then either). It closes done when it returns.
+func (p *Pipeline) watchLock(ctx context.Context, l *lockCheck, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTicker(p.cfg.LockCheckInterval)
 	defer t.Stop()
@@ -288,32 +293,75 @@ func (p *Pipeline) watchLock(ctx context.Context, c SourceLockChecker, lost cont
 			return
 		case <-t.C:
 		}
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		retaken, err := c.CheckSourceLock(cctx, p.cfg.Source)
-		if err == nil && retaken {
-			err = p.provenSoleWriter(cctx)
-		}
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
+		_, err := l.check(ctx)
 		switch {
-		case err != nil && errors.Is(err, ErrSourceLockLost):
-			err = fmt.Errorf("%w of %s: %v; stopping, so that the process that holds it is the only writer", ErrSourceLockLost, p.cfg.Source, err)
-			p.cfg.Logger.Error("source lock lost", "source", p.cfg.Source, "err", err)
-			lost(err)
+		case ctx.Err() != nil || errors.Is(err, ErrSourceLockLost):
 			return
 		case err != nil:
 			if unknown++; unknown == 1 || unknown%20 == 0 {
 				p.cfg.Logger.Warn("cannot check the source lock; checking again", "source", p.cfg.Source, "checks", unknown, "err", err)
 			}
-		case retaken:
-			unknown = 0
-			p.cfg.Logger.Warn("the source lock's session had ended; took the lock again (no other process wrote meanwhile)", "source", p.cfg.Source)
 		default:
 			unknown = 0
 		}
 	}
+}
+
+// lockCheck checks the source's lock for a pipeline: every
+// LockCheckInterval (watchLock), and at once when the source asks
+// (WriterCheckable). One check runs at a time, so that a source is never
+// told the lock is held while another check has taken it again and not
+// proven yet that no other process wrote meanwhile.
+type lockCheck struct {
+	p    *Pipeline
+	c    SourceLockChecker
+	lost context.CancelCauseFunc // cancels the pipeline with ErrSourceLockLost
+
+	mu sync.Mutex
+	// unproven: the lock was taken again and no proof has succeeded yet
+	// (a checkpoint that could not be read): every check proves it again.
+	unproven bool
+	// gone is the ErrSourceLockLost the pipeline was stopped with.
+	gone error
+}
+
+// check checks the lock once. retaken says it had been taken again on a
+// new session and proven (provenSoleWriter). An error wrapping
+// ErrSourceLockLost has stopped the pipeline (logged once); any other
+// error is a check that could not tell.
+func (l *lockCheck) check(ctx context.Context) (retaken bool, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.gone != nil {
+		return false, l.gone
+	}
+	p := l.p
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	retaken, err = l.c.CheckSourceLock(cctx, p.cfg.Source)
+	if err == nil && (retaken || l.unproven) {
+		l.unproven = true
+		if err = p.provenSoleWriter(cctx); err == nil {
+			l.unproven, retaken = false, true
+		}
+	}
+	if err == nil || !errors.Is(err, ErrSourceLockLost) || ctx.Err() != nil {
+		if retaken {
+			p.cfg.Logger.Warn("the source lock's session had ended; took the lock again (no other process wrote meanwhile)", "source", p.cfg.Source)
+		}
+		return retaken, err
+	}
+	l.gone = fmt.Errorf("%w of %s: %v; stopping, so that the process that holds it is the only writer", ErrSourceLockLost, p.cfg.Source, err)
+	p.cfg.Logger.Error("source lock lost", "source", p.cfg.Source, "err", l.gone)
+	l.lost(l.gone)
+	return false, l.gone
+}
+
+// writer is the source's check (WriterCheckable): nil when this process
+// still holds the lock (taken again and proven, if need be).
+func (l *lockCheck) writer(ctx context.Context) error {
+	_, err := l.check(ctx)
+	return err
 }
 
 // provenSoleWriter is called after the source's lock was taken again: the

@@ -251,6 +251,25 @@ type SourceLockChecker interface {
 // lock ended while it streamed.
 var ErrSourceLockLost = errors.New("lost the source lock")
 
+// WriterCheckable is implemented by a Source whose server can end its
+// stream for another client (ErrServerIDInUse): a standby that took the
+// source's lock over registers with the same replica server_id and ends
+// the stream of the process it took over from. When the sink is a
+// SourceLockChecker, Pipeline.Run hands the source a check before it
+// streams, which checks the lock at once, as the periodic check does:
+//
+//   - nil: this process holds the lock, and if it had to take it again,
+//     no other process wrote while it was free: the source may take its
+//     id back (reconnect), since no other process may stream as a writer;
+//   - an error wrapping ErrSourceLockLost: another process holds the lock
+//     (Run stops with that error; the source stops streaming);
+//   - any other error: the lock could not be checked (nothing is proven).
+//
+// Without a check (no lock) a source stops with ErrServerIDInUse.
+type WriterCheckable interface {
+	SetWriterCheck(check func(ctx context.Context) error)
+}
+
 // Activator is implemented by sinks whose writing needs a takeover step
 // that disturbs any other instance writing for the same source: the Kafka
 // sink's transactional producer, whose initialization fences every older

@@ -120,6 +120,14 @@ type Config struct {
 	// forever while progress is made; default 20 attempts without
 	// progress).
 	Backoff tidemark.Backoff
+	// ServerIDTakenFor bounds how long the stream keeps taking its
+	// ServerID back from another client that registered with it
+	// (tidemark.ErrServerIDInUse), each time after its pipeline proved
+	// that this process is still the source's only writer
+	// (tidemark.WriterCheckable): a client that keeps taking it for
+	// longer is another replica with the same id, and the stream stops
+	// with one error naming the id (default 1m).
+	ServerIDTakenFor time.Duration
 	// Logger receives the tailer's and go-mysql's logs (default discard).
 	Logger *slog.Logger
 }
@@ -140,6 +148,8 @@ const (
 	DefaultQueryTimeout = 5 * time.Minute
 	// DefaultBackoffAttempts is Backoff.Attempts' default.
 	DefaultBackoffAttempts = 20
+	// DefaultServerIDTakenFor is ServerIDTakenFor's default.
+	DefaultServerIDTakenFor = time.Minute
 )
 
 // queryRetry is how source queries outside the stream (snapshot and
@@ -190,6 +200,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Backoff.Attempts == 0 {
 		c.Backoff.Attempts = DefaultBackoffAttempts
+	}
+	if c.ServerIDTakenFor <= 0 {
+		c.ServerIDTakenFor = DefaultServerIDTakenFor
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -47,9 +48,24 @@ type Tailer struct {
 	charsets map[uint64]string
 	// floor is the source's epoch floor (SetEpochFloor).
 	floor epochFloor
+	// writerCheck is the pipeline's check that this process is still the
+	// source's only writer (SetWriterCheck); nil without one.
+	writerCheck atomic.Pointer[func(context.Context) error]
 }
 
-var _ tidemark.Source = (*Tailer)(nil)
+var (
+	_ tidemark.Source          = (*Tailer)(nil)
+	_ tidemark.WriterCheckable = (*Tailer)(nil)
+)
+
+// SetWriterCheck implements tidemark.WriterCheckable: when the source ends
+// the stream because another client registered with the tailer's ServerID,
+// the stream reconnects (taking the id back) only after check returned
+// nil, for at most Config.ServerIDTakenFor; without a check it stops with
+// tidemark.ErrServerIDInUse.
+func (t *Tailer) SetWriterCheck(check func(ctx context.Context) error) {
+	t.writerCheck.Store(&check)
+}
 
 // New validates cfg and returns a Tailer. It does not connect.
 func New(cfg Config) (*Tailer, error) {
@@ -91,12 +107,27 @@ func (t *Tailer) Stream(ctx context.Context, from tidemark.Position, out chan<- 
 	}
 	pos := from
 	failures := 0
+	var taken idTaken
 	for {
 		progressed, err := t.streamOnce(ctx, &pos, out)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err == nil {
+			continue
+		}
+		if errors.Is(err, tidemark.ErrServerIDInUse) {
+			if err := t.takeIDBack(ctx, &taken, err); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(t.cfg.Backoff.Delay(taken.n)):
+			}
 			continue
 		}
 		if !isTransient(err) {
@@ -118,6 +149,60 @@ func (t *Tailer) Stream(ctx context.Context, from tidemark.Position, out chan<- 
 		case <-time.After(d):
 		}
 	}
+}
+
+// idTaken is a run of streams the source ended for another client with
+// the tailer's server id, each less than ServerIDTakenFor after the last.
+type idTaken struct {
+	first, last time.Time
+	n           int
+}
+
+// takeIDBack decides what follows a stream the source ended because
+// another client registered with the tailer's server id (err wraps
+// tidemark.ErrServerIDInUse). That client is the newer one: a standby that
+// took the source's lock over, another replica configured with the same
+// id, or a process that streams without the lock. Reconnecting would end
+// its stream in turn, so the tailer does so (nil) only when the pipeline's
+// writer check proves that this process holds the source's lock, and for
+// at most ServerIDTakenFor; otherwise it returns the error to stop with:
+// the check's (another process holds the lock: ErrSourceLockLost), or one
+// naming the id.
+func (t *Tailer) takeIDBack(ctx context.Context, taken *idTaken, err error) error {
+	check := t.writerCheck.Load()
+	if check == nil {
+		return fmt.Errorf("%w; nothing proves that this process is the source's only writer (it holds no source lock), so it does not take server_id %d back: give every replica of the source its own server_id", err, t.cfg.ServerID)
+	}
+	now := time.Now()
+	if taken.n == 0 || now.Sub(taken.last) > t.cfg.ServerIDTakenFor {
+		*taken = idTaken{first: now}
+	}
+	taken.last = now
+	taken.n++
+	for attempt := 1; ; attempt++ {
+		if time.Since(taken.first) > t.cfg.ServerIDTakenFor {
+			return fmt.Errorf("%w; another client took server_id %d again and again for %s although this process holds the source lock: give every replica of the source its own server_id", err, t.cfg.ServerID, t.cfg.ServerIDTakenFor)
+		}
+		cerr := (*check)(ctx)
+		if cerr == nil {
+			break
+		}
+		if ctx.Err() != nil || errors.Is(cerr, tidemark.ErrSourceLockLost) {
+			return fmt.Errorf("stream binlog of %s: another client took server_id %d: %w", t.cfg.Name, t.cfg.ServerID, cerr)
+		}
+		// The lock could not be checked: nothing is proven, so the id
+		// is not taken back yet.
+		t.rl.Warn("another client took the stream's server_id and the source lock cannot be checked; checking again", "source", t.cfg.Name, "server_id", t.cfg.ServerID, "err", cerr)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(t.cfg.Backoff.Delay(attempt)):
+		}
+	}
+	if taken.n == 1 {
+		t.cfg.Logger.Warn("another client registered with this tailer's replica server_id and the source ended the stream; this process still holds the source lock, so it reconnects, taking the id back", "source", t.cfg.Name, "server_id", t.cfg.ServerID, "for", t.cfg.ServerIDTakenFor, "err", err)
+	}
+	return nil
 }
 
 // query runs a metadata statement on the tailer's SQL session.
@@ -296,6 +381,9 @@ func partialImage(e *replication.RowsEvent, h *replication.EventHeader) string {
 // server errors, or a transient error (retried).
 func (t *Tailer) classify(err error, pos tidemark.Position) error {
 	var me *mysql.MyError
+	if errors.As(err, &me) && sameServerID(me) {
+		return fmt.Errorf("stream binlog of %s from %s: the source ended the stream because another client registered with server_id %d: %s: %w", t.cfg.Name, pos, t.cfg.ServerID, me.Message, tidemark.ErrServerIDInUse)
+	}
 	if errors.As(err, &me) && me.Code == mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG {
 		msg := me.Message
 		switch {
@@ -317,6 +405,20 @@ func (t *Tailer) classify(err error, pos tidemark.Position) error {
 	return fmt.Errorf("stream binlog of %s from %s: %w", t.cfg.Name, pos, redact(err, t.cfg.Password))
 }
 
+// erSlaveSameID is MariaDB's ER_SLAVE_SAME_ID, sent to the older of two
+// binlog dumps with one server_id when the newer one registers ("A slave
+// with the same server_uuid/server_id is already connected").
+const erSlaveSameID = 4052
+
+// sameServerID says whether a server error ended the stream for another
+// client with the same replica server id: MariaDB's ER_SLAVE_SAME_ID, or
+// MySQL's ER_MASTER_FATAL_ERROR_READING_BINLOG "A replica with the same
+// server_uuid/server_id as this replica has connected to the source".
+func sameServerID(me *mysql.MyError) bool {
+	return me.Code == erSlaveSameID ||
+		me.Code == mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG && strings.Contains(me.Message, "same server_uuid/server_id")
+}
+
 // isTransient says which errors a reconnect may cure: network errors,
 // timeouts, EOF, a server going away or shutting down. Typed tidemark
 // errors and other server errors are not.
@@ -324,7 +426,7 @@ func isTransient(err error) bool {
 	if err == nil {
 		return false
 	}
-	for _, fatal := range []error{tidemark.ErrPositionPurged, tidemark.ErrPositionAhead, tidemark.ErrSourceChanged, tidemark.ErrSourceConfig, tidemark.ErrZeroDate, tidemark.ErrAmbiguousTime, tidemark.ErrNonexistentTime, tidemark.ErrInvalidIdentifier} {
+	for _, fatal := range []error{tidemark.ErrServerIDInUse, tidemark.ErrPositionPurged, tidemark.ErrPositionAhead, tidemark.ErrSourceChanged, tidemark.ErrSourceConfig, tidemark.ErrZeroDate, tidemark.ErrAmbiguousTime, tidemark.ErrNonexistentTime, tidemark.ErrInvalidIdentifier} {
 		if errors.Is(err, fatal) {
 			return false
 		}

@@ -1,7 +1,10 @@
 package integration
 
 import (
+	"context"
+	"errors"
 	"hash/fnv"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"regexp"
@@ -9,8 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"tidemark"
+	"tidemark/binlog"
+	"tidemark/checkpoint"
 	"tidemark/integration/harness"
 	"tidemark/internal/testenv"
+	"tidemark/sink/postgres"
 )
 
 // TestDaemonStopsOnLostSourceLock: the active daemon's source lock (a
@@ -134,4 +141,100 @@ WHERE locktype = 'advisory' AND classid = 29805 AND objid::bigint = $1 AND objsu
 	}
 	f.waitCaughtUp(t, db, d)
 	f.compare(t, harness.TableSpec{Database: db, Table: "orders", SourceZone: "UTC"})
+}
+
+// TestStandbyWithSameServerIDTakesOver: the active pipeline's lock session
+// ends and the standby, configured like it (the same replica server_id),
+// takes the lock and starts streaming. MariaDB then ends the active
+// pipeline's binlog dump ("ERROR 4052 … A slave with the same
+// server_uuid/server_id is already connected") before its periodic lock
+// check (an hour here) has run. The active pipeline must find out at once
+// that it lost the lock and stop with ErrSourceLockLost, the documented end
+// of a writer another took over from, not with the source's error (nemesis
+// seeds 121, 25, 9: exit 1 on ERROR 4052); the standby streams on alone.
+func TestStandbyWithSameServerIDTakesOver(t *testing.T) {
+	r := harness.NewReplica(t, "itsid")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	bc := binlog.Config{Name: r.DB, Addr: r.Env.MySQLAddr, User: r.Env.MySQLUser, Password: r.Env.MySQLPassword,
+		ServerID: testenv.ServerID(), Include: []string{r.DB + ".*"}, Heartbeat: time.Second}
+	store, err := checkpoint.New(checkpoint.Config{Schema: r.Control})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type member struct {
+		p    *tidemark.Pipeline
+		done chan error
+		log  *lockedWriter
+	}
+	start := func(name string, lockCheck time.Duration) *member {
+		t.Helper()
+		tl, err := binlog.New(bc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &member{done: make(chan error, 1), log: &lockedWriter{}}
+		log := slog.New(slog.NewTextHandler(m.log, nil)).With("member", name)
+		sink, err := postgres.Open(ctx, postgres.Config{DSN: r.Env.PGDSN, Checkpoints: store, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sink.Close() })
+		if m.p, err = tidemark.NewPipeline(tidemark.PipelineConfig{Source: bc.Name, MaxDelay: 20 * time.Millisecond, LockCheckInterval: lockCheck, Logger: log}, tl, nil, sink); err != nil {
+			t.Fatal(err)
+		}
+		go func() { m.done <- m.p.Run(ctx, r.Start) }()
+		return m
+	}
+	caughtUp := func(m *member) {
+		t.Helper()
+		target, err := harness.SourcePosition(r.My)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !testenv.WaitFor(time.Minute, func() bool {
+			_, last := m.p.Totals()
+			c, err := (tidemark.Position{GTID: last.GTID}).Compare(target)
+			return err == nil && c >= 0
+		}) {
+			t.Fatalf("not caught up to %s:\n%s", target, tail(m.log.String(), 10))
+		}
+	}
+	r.Source("CREATE TABLE "+r.DB+".t (id INT PRIMARY KEY, v INT)", "INSERT INTO "+r.DB+".t VALUES (1, 1), (2, 2)")
+	active := start("active", time.Hour)
+	caughtUp(active)
+	standby := start("standby", 0)
+	if !testenv.WaitFor(30*time.Second, func() bool {
+		return strings.Contains(standby.log.String(), "another tidemark process is streaming this source")
+	}) {
+		t.Fatalf("the standby does not wait:\n%s", tail(standby.log.String(), 10))
+	}
+	h := fnv.New32a()
+	h.Write([]byte(bc.Name))
+	var killed bool
+	if err := r.PG.QueryRow(ctx, `SELECT pg_terminate_backend(pid, 5000) FROM pg_locks
+WHERE locktype = 'advisory' AND classid = 29805 AND objid::bigint = $1 AND objsubid = 2 AND granted`, int64(h.Sum32())).Scan(&killed); err != nil || !killed {
+		t.Fatalf("terminate the lock's session: %v (%v)", err, killed)
+	}
+	select {
+	case err := <-active.done:
+		if !errors.Is(err, tidemark.ErrSourceLockLost) {
+			t.Fatalf("the active pipeline stopped with %v, want ErrSourceLockLost:\n%s", err, tail(active.log.String(), 10))
+		}
+	case err := <-standby.done:
+		t.Fatalf("the standby stopped: %v\n%s", err, tail(standby.log.String(), 10))
+	case <-ctx.Done():
+		t.Fatalf("the active pipeline still runs after the standby took its lock and server_id:\nactive:\n%s\nstandby:\n%s",
+			tail(active.log.String(), 10), tail(standby.log.String(), 10))
+	}
+	r.Source("INSERT INTO "+r.DB+".t VALUES (3, 3)", "UPDATE "+r.DB+".t SET v = 10 WHERE id = 1")
+	caughtUp(standby)
+	var n, sum int
+	if err := r.PG.QueryRow(ctx, `SELECT count(*), sum(v) FROM "`+r.DB+`".t`).Scan(&n, &sum); err != nil || n != 3 || sum != 15 {
+		t.Fatalf("target: %d rows, sum %d (%v); want 3 rows, sum 15", n, sum, err)
+	}
+	cancel()
+	if err := <-standby.done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("standby: %v", err)
+	}
 }
