@@ -62,6 +62,12 @@ var (
 	// turn, so a source takes its id back only while its pipeline proves
 	// that it is still the source's only writer (WriterCheckable).
 	ErrServerIDInUse = errors.New("another replica connected with this replica server_id")
+	// ErrFenced means a sink refused a write because another instance
+	// took over writing for the source (Kafka fenced the transactional
+	// producer: the newer instance wins). It is never retried and is no
+	// table's fault: the process stops; a snapshot that fails on it does
+	// not quarantine its table.
+	ErrFenced = errors.New("fenced by another instance")
 )
 
 // ValueError reports a value that cannot be normalized, naming where it came

@@ -420,6 +420,9 @@ func (a *applier) chunkLanded(r besideRound) error {
 		if a.ctx.Err() != nil {
 			return nil
 		}
+		if writerGone(r.err) {
+			return fmt.Errorf("snapshot %s: %w", j.id, r.err)
+		}
 		p.removeBeside(j.id)
 		if errors.Is(r.err, ErrTableGone) {
 			return a.besideGone(j)
@@ -606,6 +609,9 @@ func (a *applier) finishBeside(j *besideJob) error {
 	if err := p.cfg.Chunks.FinishSnapshot(a.ctx, j.id); err != nil {
 		if a.ctx.Err() != nil {
 			return nil
+		}
+		if writerGone(err) {
+			return fmt.Errorf("finish snapshot of %s: %w", j.id, err)
 		}
 		p.removeBeside(j.id)
 		if errors.Is(err, ErrTableGone) {

@@ -197,6 +197,16 @@ func (p *Pipeline) quarantine(ctx context.Context, id TableID, cause error) erro
 	return p.setState(ctx, st)
 }
 
+// writerGone says whether a snapshot failed because this process may no
+// longer write for the source: the sink fenced it (another instance took
+// over) or the source lock was lost. That is no table's fault: the
+// pipeline stops with it instead of quarantining the table (nemesis seed
+// 25: a tailer a standby had just fenced quarantined the table it was
+// re-snapshotting).
+func writerGone(err error) bool {
+	return errors.Is(err, ErrFenced) || errors.Is(err, ErrSourceLockLost)
+}
+
 // resnapshot takes a table through Resnapshot. A failure other than
 // cancellation quarantines the table instead of stopping the pipeline.
 func (p *Pipeline) resnapshot(ctx context.Context, id TableID, reason string) error {
@@ -207,7 +217,7 @@ func (p *Pipeline) resnapshot(ctx context.Context, id TableID, reason string) er
 	if p.cfg.Chunks != nil {
 		ok, err := p.cfg.Chunks.Chunkable(ctx, id)
 		if err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || writerGone(err) {
 				return err
 			}
 			return p.quarantine(ctx, id, fmt.Errorf("snapshot failed: %w", err))
@@ -224,10 +234,11 @@ func (p *Pipeline) resnapshot(ctx context.Context, id TableID, reason string) er
 		if ctx.Err() != nil {
 			return err
 		}
-		if IsRegistryError(err) {
-			// Recording the state or dropping the target failed: not the
-			// table's fault. Stop; the table stays snapshotting and the
-			// next start redoes the snapshot.
+		if IsRegistryError(err) || writerGone(err) {
+			// Recording the state or dropping the target failed, or this
+			// process may no longer write: not the table's fault. Stop;
+			// the table stays snapshotting and the next start (or the
+			// instance that took over) redoes the snapshot.
 			return err
 		}
 		// Reading or loading the table failed (after the retries of the

@@ -1,6 +1,9 @@
 package tidemark
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -84,5 +87,38 @@ func TestTableSetFilter(t *testing.T) {
 	s.reset()
 	if len(s.list()) != 0 {
 		t.Fatal("reset kept tables")
+	}
+}
+
+// TestResnapshotStopsWhenFenced: a snapshot that fails because another
+// instance took over writing for the source (the Kafka sink fenced: nemesis
+// seed 25, a tailer a standby had just taken over from was
+// re-snapshotting a table for a resync) stops the pipeline with that
+// error; the table is not quarantined (a snapshot that fails on the table
+// itself still is).
+func TestResnapshotStopsWhenFenced(t *testing.T) {
+	id := TableID{Database: "d", Name: "t"}
+	for _, tc := range []struct {
+		name       string
+		err        error
+		quarantine bool
+	}{
+		{"fenced", fmt.Errorf("catch up d.t: sink/kafka: fenced by another instance with transactional id tm-s: %w", ErrFenced), false},
+		{"lock lost", fmt.Errorf("catch up d.t: %w of s", ErrSourceLockLost), false},
+		{"the table's own failure", errors.New("read d.t: table has no primary key"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := &memRegistry{}
+			p := &Pipeline{cfg: PipelineConfig{Source: "s", Snapshot: func(context.Context, []TableID) (Version, error) { return Version{}, tc.err }}, reg: reg}
+			p.cfg.setDefaults()
+			err := p.resnapshot(context.Background(), id, "resync requested")
+			quarantined := reg.states[id].Mode == TableQuarantined
+			if quarantined != tc.quarantine || (err == nil) != tc.quarantine {
+				t.Fatalf("resnapshot = %v, table state %+v; want quarantined %v (and no error), or the error", err, reg.states[id], tc.quarantine)
+			}
+			if !tc.quarantine && !errors.Is(err, tc.err) {
+				t.Fatalf("resnapshot = %v, want %v", err, tc.err)
+			}
+		})
 	}
 }

@@ -17,8 +17,9 @@ import (
 // ErrFenced means Kafka fenced this sink's transactional producer because
 // another instance started with the same transactional id (the newer
 // instance wins; this one can no longer commit). It is never retried: the
-// instance must stop. Test with errors.Is.
-var ErrFenced = errors.New("fenced by another instance")
+// instance must stop. Test with errors.Is. It is tidemark.ErrFenced, so
+// that the pipeline tells it from a table's failure.
+var ErrFenced = tidemark.ErrFenced
 
 // fencedError names the transactional id and the broker's answer.
 type fencedError struct {
