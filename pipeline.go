@@ -146,6 +146,12 @@ type Pipeline struct {
 	mu    sync.Mutex
 	total ApplyStats
 	last  Position
+	// committing is the checkpoint of a commit under way (Apply,
+	// ApplyDDL), perhaps committed already; zero when none. catchingUp
+	// counts the catch-ups running (they store a checkpoint not known
+	// before they return). A lock check reads both (provenSoleWriter).
+	committing Position
+	catchingUp int
 }
 
 // NewPipeline returns a pipeline; filter may be nil.
@@ -188,6 +194,44 @@ func (p *Pipeline) setLast(pos Position) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.last = pos
+}
+
+// commit runs fn, which commits checkpoint cp in the sink (nothing when
+// cp is zero), with cp recorded as under way, so that a lock check
+// meanwhile knows a stored cp for this process's own; cp is the last
+// commit once fn succeeded. A failed fn leaves cp under way: its commit's
+// outcome may be unknown.
+func (p *Pipeline) commit(cp Position, fn func() error) error {
+	if cp.IsZero() {
+		return fn()
+	}
+	p.mu.Lock()
+	p.committing = cp
+	p.mu.Unlock()
+	err := fn()
+	if err == nil {
+		p.mu.Lock()
+		p.last, p.committing = cp, Position{}
+		p.mu.Unlock()
+	}
+	return err
+}
+
+// catchUp runs the configured catch-up and records the checkpoint it
+// stored as the last commit (the snapshots that may follow it before the
+// stream starts can take long), counted as running meanwhile.
+func (p *Pipeline) catchUp(ctx context.Context) (Position, error) {
+	p.mu.Lock()
+	p.catchingUp++
+	p.mu.Unlock()
+	pos, err := p.cfg.CatchUp(ctx)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.catchingUp--
+	if err == nil {
+		p.last = pos
+	}
+	return pos, err
 }
 
 // Run resumes from the sink's checkpoint (from, when the sink has none) and
@@ -245,7 +289,7 @@ func (p *Pipeline) Run(ctx context.Context, from Position) (err error) {
 	p.cfg.Logger.Info("starting pipeline", "source", p.cfg.Source, "position", pos.String(), "resumed", ok)
 	if !ok && pos.IsZero() && p.cfg.CatchUp != nil {
 		p.cfg.Logger.Info("no checkpoint and no start position: taking a snapshot first", "source", p.cfg.Source)
-		if pos, err = p.cfg.CatchUp(ctx); err != nil {
+		if pos, err = p.catchUp(ctx); err != nil {
 			return fmt.Errorf("initial snapshot of %s: %w", p.cfg.Source, err)
 		}
 	}
@@ -261,7 +305,7 @@ func (p *Pipeline) Run(ctx context.Context, from Position) (err error) {
 			return err
 		}
 		p.cfg.Logger.Warn("binlog position purged on the source: catching up with bounded reads", "source", p.cfg.Source, "position", pos.String(), "err", err)
-		if pos, err = p.cfg.CatchUp(ctx); err != nil {
+		if pos, err = p.catchUp(ctx); err != nil {
 			return fmt.Errorf("catch up %s after a purged position: %w", p.cfg.Source, err)
 		}
 		// The catch-up left the snapshotting tables out: their chunks
@@ -365,25 +409,42 @@ func (l *lockCheck) writer(ctx context.Context) error {
 }
 
 // provenSoleWriter is called after the source's lock was taken again: the
-// stored checkpoint must not be past this pipeline's last commit, or
-// another process held the lock meanwhile and wrote (ErrSourceLockLost).
+// stored checkpoint must not be past this pipeline's last commit (or be
+// the checkpoint of its own commit under way), or another process held
+// the lock meanwhile and wrote (ErrSourceLockLost). While a catch-up of
+// this pipeline runs, a checkpoint past the last commit may be the one it
+// stored: nothing is proven then (an error that is not ErrSourceLockLost;
+// the next check proves it again).
 func (p *Pipeline) provenSoleWriter(ctx context.Context) error {
 	stored, ok, err := p.sink.Checkpoint(ctx, p.cfg.Source)
 	if err != nil {
 		return fmt.Errorf("read checkpoint after taking the lock again: %w", err)
 	}
-	_, last := p.Totals()
-	if !ok || last.IsZero() {
-		if ok {
-			return fmt.Errorf("%w: a checkpoint (%s) was written while this process held no lock and had committed none", ErrSourceLockLost, stored)
-		}
+	p.mu.Lock()
+	last, committing, catchingUp := p.last, p.committing, p.catchingUp > 0
+	p.mu.Unlock()
+	if !ok {
 		return nil
 	}
-	c, err := stored.Compare(last)
-	if err != nil || c > 0 {
-		return fmt.Errorf("%w: the stored checkpoint %s is past this process's last commit %s: another process wrote while the lock was free", ErrSourceLockLost, stored, last)
+	if !committing.IsZero() {
+		if c, err := stored.Compare(committing); err == nil && c == 0 {
+			return nil // this process's own commit, under way or just made
+		}
 	}
-	return nil
+	past := last.IsZero()
+	if !past {
+		c, err := stored.Compare(last)
+		past = err != nil || c > 0
+	}
+	switch {
+	case !past:
+		return nil
+	case catchingUp:
+		return fmt.Errorf("prove the source lock taken again: the stored checkpoint %s is past this process's last commit %s while its catch-up runs (perhaps the catch-up's own): checking again after it", stored, last)
+	case last.IsZero():
+		return fmt.Errorf("%w: a checkpoint (%s) was written while this process held no lock and had committed none", ErrSourceLockLost, stored)
+	}
+	return fmt.Errorf("%w: the stored checkpoint %s is past this process's last commit %s: another process wrote while the lock was free", ErrSourceLockLost, stored, last)
 }
 
 // lockRetryFor is how long lockSource tries again after failed attempts.

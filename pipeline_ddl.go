@@ -102,7 +102,10 @@ func (p *Pipeline) sortDDL(ctx context.Context, ddl []DDLEvent) (events, creates
 // stops. The state of a table whose DROP TABLE applied is forgotten.
 func (p *Pipeline) applyDDL(ctx context.Context, events []DDLEvent, cp Position) (committed bool, err error) {
 	for len(events) > 0 {
-		err := p.ddl.ApplyDDL(ctx, p.cfg.Source, events, cp)
+		// The checkpoint is the last commit at once: the backfills and
+		// snapshots that follow can take long (a lock check meanwhile
+		// compares it with the stored one).
+		err := p.commit(cp, func() error { return p.ddl.ApplyDDL(ctx, p.cfg.Source, events, cp) })
 		var te *TableError
 		if err == nil {
 			committed = !cp.IsZero()

@@ -47,17 +47,31 @@ func TestLockSourceRetriesFailedAttempts(t *testing.T) {
 type lockSink struct {
 	mu         sync.Mutex
 	checkpoint Position
-	readErr    error // of Checkpoint, when set
+	readErr    error          // of Checkpoint, when set
+	apply      func(b *Batch) // called inside Apply after the commit, when set
 	check      func() (bool, error)
 }
 
 func (s *lockSink) Apply(_ context.Context, b *Batch) (ApplyStats, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !b.Checkpoint.IsZero() {
-		s.checkpoint = b.Checkpoint
+	s.store(b.Checkpoint)
+	if s.apply != nil {
+		s.apply(b)
 	}
 	return ApplyStats{Inserted: len(b.Changes)}, nil
+}
+
+// store commits cp (when not zero) as the checkpoint.
+func (s *lockSink) store(cp Position) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !cp.IsZero() {
+		s.checkpoint = cp
+	}
+}
+
+func (s *lockSink) ApplyDDL(_ context.Context, _ string, _ []DDLEvent, cp Position) error {
+	s.store(cp)
+	return nil
 }
 
 func (s *lockSink) Checkpoint(context.Context, string) (Position, bool, error) {
@@ -178,3 +192,92 @@ func TestLockCheckProvesARetakenLock(t *testing.T) {
 }
 
 func gtidPos(seq int) Position { return Position{GTID: fmt.Sprintf("0-1-%d", seq)} }
+
+// committedAt5 is a pipeline whose last commit is checkpoint 5, stored in
+// its sink.
+func committedAt5(t *testing.T) (*Pipeline, *lockSink) {
+	t.Helper()
+	sink := &lockSink{checkpoint: gtidPos(5)}
+	p, err := NewPipeline(PipelineConfig{Source: "s"}, waitingSource{}, nil, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.setLast(gtidPos(5))
+	return p, sink
+}
+
+// TestLockRetakenDuringOwnCommit: the lock's session ends and the lock is
+// taken again while this process's own commit is under way: its
+// checkpoint is stored, Apply has not returned (nemesis seed 294: the
+// check said "the stored checkpoint … is past this process's last commit:
+// another process wrote while the lock was free" though no other process
+// ran, and the tailer stopped). The stored checkpoint is this process's
+// own; one past it is another process's.
+func TestLockRetakenDuringOwnCommit(t *testing.T) {
+	ctx := context.Background()
+	p, sink := committedAt5(t)
+	var during error
+	sink.apply = func(*Batch) { during = p.provenSoleWriter(ctx) }
+	tbl := &Table{ID: TableID{Database: "d", Name: "t"}, Columns: []Column{{Name: "id", Kind: KindInt}}, Key: []int{0}}
+	b := &Batch{Source: "s", Checkpoint: gtidPos(6), Changes: []Change{{Op: OpInsert, Table: tbl, After: []any{int64(1)}, Version: Version{Seq: 6, Index: 1}}}}
+	if err := p.applyBatch(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if during != nil {
+		t.Fatalf("lock taken again during the commit of checkpoint 6: %v; want it proven (the stored checkpoint is this process's own)", during)
+	}
+	if _, last := p.Totals(); last != gtidPos(6) {
+		t.Fatalf("last commit %s, want %s", last, gtidPos(6))
+	}
+	sink.apply, sink.checkpoint = nil, gtidPos(7)
+	if err := p.provenSoleWriter(ctx); !errors.Is(err, ErrSourceLockLost) {
+		t.Fatalf("stored checkpoint 7 past the last commit 6: %v, want ErrSourceLockLost", err)
+	}
+}
+
+// TestLockRetakenAfterDDLCommit: a DDL statement's checkpoint commits,
+// then the backfill it needs runs (long) before the stream goes on; the
+// lock is taken again meanwhile (nemesis seed 294: "the tables stay
+// behind, a backfill never applied"). The DDL's checkpoint is the last
+// commit from its commit on.
+func TestLockRetakenAfterDDLCommit(t *testing.T) {
+	ctx := context.Background()
+	p, sink := committedAt5(t)
+	committed, err := p.applyDDL(ctx, []DDLEvent{{Op: DDLTruncate, Table: TableID{Database: "d", Name: "t"}}}, gtidPos(6))
+	if err != nil || !committed {
+		t.Fatalf("applyDDL: committed %v, %v", committed, err)
+	}
+	if err := p.provenSoleWriter(ctx); err != nil || sink.checkpoint != gtidPos(6) {
+		t.Fatalf("lock taken again after the DDL's checkpoint 6 committed (stored %s): %v; want it proven", sink.checkpoint, err)
+	}
+}
+
+// TestLockRetakenDuringCatchUp: while a catch-up runs, a stored
+// checkpoint past the last commit may be the one it stored: not proven
+// (checked again), not lost; once it returned, its checkpoint is the last
+// commit.
+func TestLockRetakenDuringCatchUp(t *testing.T) {
+	ctx := context.Background()
+	sink := &lockSink{}
+	var p *Pipeline
+	var during error
+	cfg := PipelineConfig{Source: "s", CatchUp: func(context.Context) (Position, error) {
+		sink.store(gtidPos(9))
+		during = p.provenSoleWriter(ctx)
+		return gtidPos(9), nil
+	}}
+	p, err := NewPipeline(cfg, waitingSource{}, nil, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.setLast(gtidPos(5))
+	if _, err := p.catchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if during == nil || errors.Is(during, ErrSourceLockLost) {
+		t.Fatalf("during the catch-up: %v, want not proven and not lost", during)
+	}
+	if err := p.provenSoleWriter(ctx); err != nil {
+		t.Fatalf("after the catch-up stored checkpoint 9: %v; want it proven", err)
+	}
+}

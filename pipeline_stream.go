@@ -198,8 +198,7 @@ func (a *applier) add(ch Chunk) (done bool, err error) {
 		if err != nil {
 			return true, err
 		}
-		if committed {
-			a.p.setLast(ch.Commit)
+		if committed { // the last commit since (applyDDL)
 			ch.Commit = Position{}
 			if len(ch.Changes) == 0 && len(ch.Watermarks) == 0 {
 				return false, nil
@@ -284,7 +283,11 @@ func (p *Pipeline) applyBatch(ctx context.Context, batch *Batch) error {
 	if err := p.admitTables(actx, batch); err != nil {
 		return err
 	}
-	stats, err := p.applyFiltered(actx, batch)
+	var stats ApplyStats
+	err := p.commit(batch.Checkpoint, func() (err error) {
+		stats, err = p.applyFiltered(actx, batch)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("apply batch of %d changes (checkpoint %s): %w", len(batch.Changes), batch.Checkpoint, err)
 	}
@@ -294,9 +297,6 @@ func (p *Pipeline) applyBatch(ctx context.Context, batch *Batch) error {
 	took := time.Since(start)
 	p.mu.Lock()
 	p.total.Add(stats)
-	if !batch.Checkpoint.IsZero() {
-		p.last = batch.Checkpoint
-	}
 	p.mu.Unlock()
 	if p.cfg.OnApply != nil {
 		p.cfg.OnApply(batch, stats, took)
