@@ -354,16 +354,17 @@ func (c *CatchUp) run(ctx context.Context, plan runPlan) (Report, error) {
 	}
 	c.cfg.Logger.Info("catch-up started", "source", c.cfg.Source, "position", snap.Position.String(), "tables", len(tables), "first_run", initial)
 	// A catch-up of some tables (a resync: tidemark.Resnapshot) is
-	// enclosed by its caller.
-	bound := c.cfg.Boundaries
+	// enclosed by its caller, in the same boundaries (enclosed): its
+	// full read is not enclosed again, and it finds the deleted rows.
+	bound, enclosed := c.cfg.Boundaries, false
 	if len(plan.only) > 0 {
-		bound = nil
+		bound, enclosed = nil, c.cfg.Boundaries != nil
 	}
 	for _, id := range tables {
 		if plan.skip[id] {
 			continue
 		}
-		tr, err := c.table(ctx, snap, id, initial, bound)
+		tr, err := c.table(ctx, snap, id, initial, bound, enclosed)
 		if errors.Is(err, tidemark.ErrTableGone) && ctx.Err() == nil {
 			// Listed after the capture, so the RENAME or DROP that took
 			// it away is in the binlog after the position the stream
@@ -464,7 +465,7 @@ func (c *CatchUp) tableConfig(id tidemark.TableID) TableConfig {
 // read into a target that may hold rows is enclosed in bound's snapshot
 // boundaries instead (when set): the consumers remove the rows it did not
 // carry.
-func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark.TableID, initial bool, bound tidemark.SnapshotBoundary) (TableReport, error) {
+func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark.TableID, initial bool, bound tidemark.SnapshotBoundary, enclosed bool) (TableReport, error) {
 	tr := TableReport{Table: id}
 	tc := c.tableConfig(id)
 	var wm *tidemark.Watermark
@@ -483,7 +484,7 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 	}
 	if tc.Column == "" {
 		tr.Mode = "full"
-		if err := c.deletesFindable(id, held, fullDiff, bound); err != nil {
+		if err := c.deletesFindable(id, held, fullDiff, bound != nil || enclosed); err != nil {
 			return tr, err
 		}
 		if err := c.fullRead(ctx, snap, req, nil, &tr, initial, bound); err != nil {
@@ -531,8 +532,8 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 			return tr, err
 		}
 		if windowDiff.DeleteDetection != DeletesKeyDiff {
-			if bound == nil {
-				return tr, c.deletesFindable(id, held, windowDiff, bound)
+			if bound == nil && !enclosed {
+				return tr, c.deletesFindable(id, held, windowDiff, false)
 			}
 			has = false
 			tr.Reason = "a window cannot see the rows deleted while the binlog was unavailable, and the target lists no keys to diff: read in full between snapshot boundaries"
@@ -542,7 +543,7 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 		// First sight: a full snapshot in key order; the window
 		// afterwards starts at the bound captured before reading.
 		tr.Mode = "snapshot"
-		if err := c.deletesFindable(id, held, fullDiff, bound); err != nil {
+		if err := c.deletesFindable(id, held, fullDiff, bound != nil || enclosed); err != nil {
 			return tr, err
 		}
 		if err := c.fullRead(ctx, snap, req, wm, &tr, initial, bound); err != nil {
@@ -575,15 +576,15 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 
 // deletesFindable returns an error when a read into a target that holds
 // rows of the table (held) is followed neither by a key diff (tc) nor
-// enclosed in snapshot boundaries (bound): rows deleted at the source while
+// enclosed in snapshot boundaries (bounded: its own or its caller's): rows deleted at the source while
 // the binlog was unavailable would stay in the target, and nothing else
 // finds them. Only a target without keys and without boundaries gets here
 // (Kafka alone without control records), which keeps no table states: a
 // quarantine would end with the process and the next start would stream
 // the table past the gap, so the catch-up stops instead (the checkpoint
 // stays before the gap).
-func (c *CatchUp) deletesFindable(id tidemark.TableID, held bool, tc TableConfig, bound tidemark.SnapshotBoundary) error {
-	if !held || tc.DeleteDetection == DeletesKeyDiff || bound != nil {
+func (c *CatchUp) deletesFindable(id tidemark.TableID, held bool, tc TableConfig, bounded bool) error {
+	if !held || tc.DeleteDetection == DeletesKeyDiff || bounded {
 		return nil
 	}
 	return fmt.Errorf("rows deleted at the source while the binlog was unavailable cannot be found: the target lists no keys to diff and takes no snapshot boundaries "+
