@@ -24,8 +24,6 @@ var ciSeeds = []uint64{139, 233, 135, 247, 38, 6, 273, 274, 279, 262, 60, 15, 11
 // numbers where it is one of them). They are replayed by
 // `make nemesis SEED=…`, and move to ciSeeds when the fix lands.
 var knownFailing = map[uint64]string{
-	25:           "its ERROR 4052 finding is fixed (067a939, f81ef1f; passed at 04:2x on d4897d9, 78 s); on main f091d4c (since f8a0fb2) it fails as 294 does: the scale-out tailer's resync of t1 quarantines it ('snapshot failed: resnapshot … catch up …t1: rows deleted at the source while the binlog was unavailable cannot be found: the target lists no keys to diff and takes no snapshot boundaries (…)'); not analysed",
-	294:          "scale-out, no standby: its lock-race finding is fixed (2595669, passed at 04:46 on d4897d9); rebased on f8a0fb2 it fails on another: the tailer's resync of t0 quarantines it ('snapshot failed: resnapshot … catch up …t0: rows deleted at the source while the binlog was unavailable cannot be found: the target lists no keys to diff and takes no snapshot boundaries (…)'); not analysed",
 	373601440737: "soak 2026-12-02 04:26 (main 7df0ef9): as 5's I5 part: checkpoint_delete after a MODIFY (run → PostgreSQL, hard deletes, version: filepos): the tables end equal and the replay writes t1's older layout into the widened table (no quarantine), but the I5 monitor saw 10 'insert after newer delete' (rows deleted before the newest checkpoint, tombstones pruned, re-inserted by the replay until the replayed delete)",
 }
 
