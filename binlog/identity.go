@@ -138,24 +138,35 @@ func (t *Tailer) placeLegacy(ctx context.Context, stored tidemark.Position, st *
 	return nil
 }
 
-// checkAtCheckpoint looks at the event at a MySQL checkpoint's file and
-// offset on the checkpoint's own server: it must start there (a boundary)
-// and, when it is a transaction, be one the checkpoint's GTID set does not
-// hold yet — after the set's last transaction of this server, the next one
-// it wrote. RESET BINARY LOGS AND GTIDS (RESET MASTER) restarts the binlog
+// checkAtCheckpoint looks at the event at a checkpoint's file and offset
+// on the checkpoint's own server (MySQL and MariaDB): it must start there
+// (a boundary) and, when it is a transaction, be one the checkpoint's GTID
+// set does not hold yet — on MySQL after the set's last transaction of
+// this server, the next one it wrote. RESET BINARY LOGS AND GTIDS (RESET
+// MASTER; MariaDB's RESET MASTER alike) restarts the binlog
 // and the GTID numbers: once the server has written as many transactions
 // again, its gtid_executed covers the checkpoint's set, and only the binlog
 // itself tells that they are other transactions. The answer is recorded in
 // st (behind reads it); a server that cannot show the event (purged file,
 // no privilege) is not judged here.
 func (t *Tailer) checkAtCheckpoint(ctx context.Context, stored tidemark.Position, st *serverState) error {
-	if t.cfg.Flavor != FlavorMySQL || stored.GTID == "" || stored.File == "" || stored.Offset == 0 {
+	if stored.GTID == "" || stored.File == "" || stored.Offset == 0 {
 		return nil
 	}
 	if !stored.Source.IsZero() && (stored.Source.Server != st.id.Server || stored.Source.Basename != st.id.Basename) {
 		return nil // another server: its file/offset mean nothing here
 	}
-	set, err := tidemark.ParseMySQLGTIDSet(stored.GTID)
+	var set tidemark.MySQLGTIDSet
+	var mset map[uint32]tidemark.MariaDBGTID
+	var err error
+	switch t.cfg.Flavor {
+	case FlavorMySQL:
+		set, err = tidemark.ParseMySQLGTIDSet(stored.GTID)
+	case FlavorMariaDB:
+		mset, err = tidemark.ParseMariaDBGTIDSet(stored.GTID)
+	default:
+		return nil
+	}
 	if err != nil {
 		return nil
 	}
@@ -183,6 +194,25 @@ func (t *Tailer) checkAtCheckpoint(ctx context.Context, stored tidemark.Position
 	if !strings.EqualFold(typ, "Gtid") {
 		return nil
 	}
+	if t.cfg.Flavor == FlavorMariaDB {
+		// The next transaction's GTID ("BEGIN GTID 0-1-43"): the
+		// checkpoint must not hold it already. Without gtid_strict_mode
+		// a sequence may legitimately go backwards (gtid_seq_no).
+		m := mariaGTIDRE.FindStringSubmatch(info)
+		if m == nil || !st.strict {
+			return nil
+		}
+		g, err := tidemark.ParseMariaDBGTIDSet(m[1])
+		if err != nil {
+			return nil
+		}
+		for d, next := range g {
+			if have, ok := mset[d]; ok && next.Seq <= have.Seq {
+				st.notAtCheckpoint = fmt.Sprintf("the transaction at %s:%d, right after the checkpoint, is %s, which the checkpoint already holds", stored.File, stored.Offset, m[1])
+			}
+		}
+		return nil
+	}
 	m := gtidNextRE.FindStringSubmatch(info)
 	if m == nil {
 		return nil
@@ -208,6 +238,9 @@ func (t *Tailer) checkAtCheckpoint(ctx context.Context, stored tidemark.Position
 
 // gtidNextRE finds the GTID in SHOW BINLOG EVENTS' Info of a Gtid event.
 var gtidNextRE = regexp.MustCompile(`GTID_NEXT\s*=\s*'([^']+)'`)
+
+// mariaGTIDRE finds the GTID in the Info of a MariaDB Gtid event.
+var mariaGTIDRE = regexp.MustCompile(`GTID\s+(\d+-\d+-\d+)`)
 
 // readServer reads the server's identity and binlog state.
 func (t *Tailer) readServer(ctx context.Context) (serverState, error) {
@@ -556,6 +589,12 @@ func (t *Tailer) behind(stored tidemark.Position, st serverState) (bool, string)
 				if st.gtidState != "" && !stateHas(st.gtidState, g) {
 					return true, fmt.Sprintf("GTID %s is not in the server's binlog (its GTID state is %s)", g, st.gtidState)
 				}
+			}
+			// RESET MASTER restarts the numbers: once the server wrote
+			// as many transactions again, only the binlog at the
+			// checkpoint's file and offset tells they are others.
+			if st.notAtCheckpoint != "" {
+				return true, st.notAtCheckpoint + " (RESET MASTER?)"
 			}
 			return false, ""
 		}
