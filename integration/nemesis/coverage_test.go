@@ -128,10 +128,7 @@ func missing(t *testing.T, seeds []uint64) []string {
 
 // notInCI are the dimension values the CI seeds may leave out, and why:
 // only while every seed that draws them fails on main (knownFailing).
-var notInCI = map[string]string{
-	"apply.members=1":        "the CI seeds that drew it (119, 5, 9) fail on main since 2026-12-02 (knownFailing); a passing replacement is still to be chosen",
-	"fault=stopcont_applier": "the CI seed that drew it (9) fails on main since 2026-12-02 (knownFailing: ERROR 4052); a passing replacement is still to be chosen",
-}
+var notInCI = map[string]string{}
 
 // TestCISeedsCoverEveryDimension: the CI seed set draws every value of
 // every dimension (dry runs: the draws without the servers).
