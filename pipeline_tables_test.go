@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -120,5 +121,32 @@ func TestResnapshotStopsWhenFenced(t *testing.T) {
 				t.Fatalf("resnapshot = %v, want %v", err, tc.err)
 			}
 		})
+	}
+}
+
+// resetRefused is a registry whose ResetTable refuses the table itself.
+type resetRefused struct{ *memRegistry }
+
+func (r resetRefused) ResetTable(_ context.Context, _ string, id TableID) error {
+	return &TableError{Table: id, Err: errors.New("map table to PostgreSQL: invalid identifier")}
+}
+
+// TestResnapshotQuarantinesWhenTheTargetRefusesTheTable: a table the
+// target cannot hold (a gh-ost _<table>_del renamed in under a name past
+// PostgreSQL's 63 bytes) fails Resnapshot's ResetTable with a TableError:
+// the table is quarantined and the pipeline goes on. Nemesis seed 31 (a
+// 63-byte table name and the gh-ost cut-over) stopped the daemon before:
+// "resnapshot …_del: table …_del: map table … to PostgreSQL: invalid
+// identifier".
+func TestResnapshotQuarantinesWhenTheTargetRefusesTheTable(t *testing.T) {
+	id := TableID{Database: "d", Name: "_t_del"}
+	reg := resetRefused{&memRegistry{}}
+	p := &Pipeline{cfg: PipelineConfig{Source: "s", Snapshot: func(context.Context, []TableID) (Version, error) { return Version{}, nil }}, reg: reg}
+	p.cfg.setDefaults()
+	if err := p.resnapshot(context.Background(), id, "renamed from d.t"); err != nil {
+		t.Fatalf("resnapshot = %v, want the table quarantined and no error", err)
+	}
+	if st := reg.states[id]; st.Mode != TableQuarantined || !strings.Contains(st.Reason, "invalid identifier") {
+		t.Fatalf("table state %+v, want quarantined naming the cause", st)
 	}
 }

@@ -308,6 +308,13 @@ func Resnapshot(ctx context.Context, reg TableRegistry, source string, id TableI
 		return st, &storeError{fmt.Errorf("resnapshot %s: %w", id, err)}
 	}
 	if err := reg.ResetTable(ctx, source, id); err != nil {
+		var te *TableError
+		if errors.As(err, &te) {
+			// The table's own problem (a name the target cannot hold:
+			// a gh-ost table renamed in under a longer name), not the
+			// registry's: the caller quarantines it.
+			return st, fmt.Errorf("resnapshot %s: %w", id, err)
+		}
 		return st, &storeError{fmt.Errorf("resnapshot %s: %w", id, err)}
 	}
 	// A registry whose consumers apply the snapshot on their own (the
