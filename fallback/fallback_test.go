@@ -434,19 +434,26 @@ func TestReadAheadStopsOnApplyError(t *testing.T) {
 // reads the table in full (the watermark is not trusted) and removes the
 // target rows the read did not carry (a key diff, with delete_detection
 // unset): the table ends as an uninterrupted first snapshot would.
-func TestFirstRunAfterAnInterruptedSnapshot(t *testing.T) {
-	var reqs []tidemark.ReadRequest
-	src := &fakeSource{
+// recordingSource is a source of table whose watermark column's newest
+// value is a minute old and whose every read returns rows 1 and 2; the
+// read requests go to reqs.
+func recordingSource(reqs *[]tidemark.ReadRequest) *fakeSource {
+	return &fakeSource{
 		capture: func() (tidemark.Snapshot, error) { return snap, nil },
 		tables:  []tidemark.TableID{tid}, table: table,
 		maxTime: func(string) (time.Time, bool, error) { return now.Add(-time.Minute), true, nil },
 		read: func(req tidemark.ReadRequest) (tidemark.ReadResult, error) {
-			reqs = append(reqs, req)
+			*reqs = append(*reqs, req)
 			return tidemark.ReadResult{Changes: rows(1, 2)}, nil
 		},
-		keyChunk: func(after []any, limit int) (tidemark.KeyChunk, error) {
-			return tidemark.KeyChunk{Keys: [][]any{{int64(1)}, {int64(2)}}, Sum: tidemark.KeySum{Count: 2, Sum: "a"}}, nil
-		},
+	}
+}
+
+func TestFirstRunAfterAnInterruptedSnapshot(t *testing.T) {
+	var reqs []tidemark.ReadRequest
+	src := recordingSource(&reqs)
+	src.keyChunk = func(after []any, limit int) (tidemark.KeyChunk, error) {
+		return tidemark.KeyChunk{Keys: [][]any{{int64(1)}, {int64(2)}}, Sum: tidemark.KeySum{Count: 2, Sum: "a"}}, nil
 	}
 	tgt := &fakeTarget{
 		firstRun:  true,
@@ -499,15 +506,7 @@ func (b *boundaries) EndSnapshot(ctx context.Context, source string, table tidem
 // records) the deletes cannot be found, and the run says so.
 func TestResyncInsideCallersBoundaries(t *testing.T) {
 	var reqs []tidemark.ReadRequest
-	src := &fakeSource{
-		capture: func() (tidemark.Snapshot, error) { return snap, nil },
-		tables:  []tidemark.TableID{tid}, table: table,
-		maxTime: func(string) (time.Time, bool, error) { return now.Add(-time.Minute), true, nil },
-		read: func(req tidemark.ReadRequest) (tidemark.ReadResult, error) {
-			reqs = append(reqs, req)
-			return tidemark.ReadResult{Changes: rows(1, 2)}, nil
-		},
-	}
+	src := recordingSource(&reqs)
 	// The target lists no keys (the scale-out tailer's).
 	tgt := struct{ Target }{&fakeTarget{watermark: func() (time.Time, bool, error) { return now.Add(-time.Hour), true, nil }}}
 	b := &boundaries{}
