@@ -13,7 +13,7 @@ SERVICES := scripts/services.sh
 # Exports TIDEMARK_TEST_* for the running local services; use on the same recipe line.
 WITH_ENV := eval "$$($(SERVICES) env)"
 
-.PHONY: build services test test-unit test-e2e staticcheck test-reliability test-long nemesis soak fmt-check tidy-check vet demo bench bench-fallback bench-peers bench-snapshot down status clean
+.PHONY: build services test test-unit test-e2e staticcheck test-reliability test-long nemesis soak fmt-check tidy-check vet demo bench bench-fallback bench-peers bench-snapshot bench-beside bench-25 bench-apply peer-tools down status clean
 
 build:
 	go build -ldflags "-X main.version=$$(git describe --tags --always --dirty 2>/dev/null || echo dev) -X main.commit=$$(git rev-parse HEAD 2>/dev/null)" -o bin/tidemark ./cmd/tidemark
@@ -114,12 +114,15 @@ bench-fallback: services
 # pgloader (Debian's package, installed here when missing) versus tidemark's first-run snapshot
 # on the same 1M-row table, back to back, three runs, both copies checked with tidemark verify;
 # writes its section of docs/PERFORMANCE.md.
-bench-peers: services
+bench-peers: services peer-tools
+	$(WITH_ENV) && go run ./cmd/tidemark-bench -peers 1000000
+
+# The peers of bench-peers and bench-25: Debian's pgloader, pg_chameleon 2.0 in a venv.
+peer-tools:
 	command -v pgloader >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgloader; }
 	test -x .data/chameleon/bin/chameleon || { /usr/bin/python3 -m venv .data/chameleon && \
 		.data/chameleon/bin/pip install -q 'pg_chameleon>=2.0,<2.1'; }
-	$(WITH_ENV) && go run ./cmd/tidemark-bench -peers 1000000
 
 # The first-run snapshot of a 1M-row table at snapshot.parallelism 1, 2 and 4, each against the
 # COPY ceiling measured right before it, three runs (SNAP_ROWS to change the size); writes its
@@ -127,6 +130,24 @@ bench-peers: services
 SNAP_ROWS ?= 1000000
 bench-snapshot: services
 	$(WITH_ENV) && go run ./cmd/tidemark-bench -snapshot-parallel $(SNAP_ROWS)
+
+# The lag of a busy small table while a BESIDE_ROWS-row table (5M; 1000000 for a quick run) is
+# snapshotted beside the stream (tidemark resync while tidemark run streams), against the same
+# writer's lag with no snapshot in the same run, three runs; BESIDE_TOPOLOGY=fanout runs it with
+# target.kafka beside PostgreSQL. Writes its section of docs/PERFORMANCE.md.
+BESIDE_ROWS ?= 5000000
+BESIDE_TOPOLOGY ?= postgres
+bench-beside: services
+	$(WITH_ENV) && go run ./cmd/tidemark-bench -beside -beside-rows $(BESIDE_ROWS) -beside-topology $(BESIDE_TOPOLOGY)
+
+# Issue 25's Targets table: bench-beside (BESIDE_ROWS), bench-peers with three drains,
+# bench-snapshot, the Kafka tailer's K/D of bench-apply and bench-fallback at 1M, one after the
+# other, each writing its own section, then the table with now/target/verdict (section
+# targets-25 of docs/PERFORMANCE.md). ROWS=10000000 adds the peers (with peak RSS) and R7 at 10M
+# rows (25+ minutes more).
+ROWS ?= 0
+bench-25: services peer-tools
+	$(WITH_ENV) && go run ./cmd/tidemark-bench -targets25 -beside-rows $(BESIDE_ROWS) -long-rows $(ROWS)
 
 # The scale-out topology: the Kafka tailer (K/D) and 1, 2 and 3 appliers against `tidemark run`
 # straight into PostgreSQL; writes its section of docs/SCALE-OUT.md. The tailer alone, profiled:

@@ -31,19 +31,20 @@ import (
 // and prints each rate and An/D, per run and as medians. An applier's time
 // runs from its group's first committed batch to the last (joining the
 // group is reported apart).
-func benchApply(ctx context.Context, o options) error {
+// It returns K/D of each run.
+func benchApply(ctx context.Context, o options) ([]float64, error) {
 	s, err := connect(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer s.close(ctx)
 	brokers, err := s.env.Kafka()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cleanup, err := buildTidemark(&o)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer cleanup()
 	const db, table = "tidemark_bench_apply", "t"
@@ -53,18 +54,18 @@ func benchApply(ctx context.Context, o options) error {
 	// appears without its CREATE and is missing from the target is
 	// snapshotted first, which would time a snapshot, not the stream.
 	if _, err := s.my.Execute("DROP DATABASE IF EXISTS " + db); err != nil {
-		return fmt.Errorf("set up source: %w", err)
+		return nil, fmt.Errorf("set up source: %w", err)
 	}
 	from, err := harness.SourcePosition(s.my)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if from.IsZero() {
-		return fmt.Errorf("set up source: gtid_binlog_pos is empty after a logged statement: the bench needs GTIDs")
+		return nil, fmt.Errorf("set up source: gtid_binlog_pos is empty after a logged statement: the bench needs GTIDs")
 	}
 	for _, q := range []string{"CREATE DATABASE " + db, fmt.Sprintf(tableDDL, db+"."+table)} {
 		if _, err := s.my.Execute(q); err != nil {
-			return fmt.Errorf("set up source: %w", err)
+			return nil, fmt.Errorf("set up source: %w", err)
 		}
 	}
 	fmt.Fprintf(os.Stderr, "bench apply: writing %d inserts and %d updates\n", rows, rows/4)
@@ -78,17 +79,17 @@ func benchApply(ctx context.Context, o options) error {
 			fmt.Fprintf(&b, "(%d, %d.%02d, '2026-11-29 10:00:00.%06d', 'name-%d', '{\"k\":%d}')", j, j, j%100, j%1000000, j, j)
 		}
 		if _, err := s.my.Execute(b.String()); err != nil {
-			return fmt.Errorf("write backlog: %w", err)
+			return nil, fmt.Errorf("write backlog: %w", err)
 		}
 	}
 	for i := 0; i < rows; i += 400 {
 		if _, err := s.my.Execute(fmt.Sprintf("UPDATE %s.%s SET amount = amount + 1 WHERE id BETWEEN %d AND %d", db, table, i, i+99)); err != nil {
-			return fmt.Errorf("write backlog: %w", err)
+			return nil, fmt.Errorf("write backlog: %w", err)
 		}
 	}
 	to, err := harness.SourcePosition(s.my)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	changes := rows + rows/4
 
@@ -114,22 +115,22 @@ func benchApply(ctx context.Context, o options) error {
 		// D: tidemark run into PostgreSQL.
 		src := fmt.Sprintf("bench_direct_%d", run)
 		if err := resetSchema(ctx, s, db+"_d", src); err != nil {
-			return err
+			return nil, err
 		}
 		cfg, err := writeConfigDB(s.env, src, db, table, from)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		setTargetSchema(cfg, db+"_d")
 		t0 := time.Now()
 		d, err := startDaemon(o.bin, cfg, s.env)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		werr := harness.WaitCaughtUp(ctx, s.pg, "", src, to, 30*time.Minute)
 		direct := time.Since(t0)
 		if _, err := d.stop(); err != nil || werr != nil {
-			return fmt.Errorf("direct run: %v %v", werr, err)
+			return nil, fmt.Errorf("direct run: %v %v", werr, err)
 		}
 		os.Remove(cfg)
 
@@ -138,7 +139,7 @@ func benchApply(ctx context.Context, o options) error {
 		tsrc := fmt.Sprintf("bench_tail_%d", run)
 		tcfg, err := writeConfigDB(s.env, tsrc, db, table, from)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		addScaleOut(tcfg, brokers, prefix, "bench-"+prefix)
 		var prof []string
@@ -149,23 +150,23 @@ func benchApply(ctx context.Context, o options) error {
 		}
 		reader, err := checkpointReader(ctx, brokers, prefix)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		t0 = time.Now()
 		tail, err := startDaemon(o.bin, tcfg, s.env, prof...)
 		if err != nil {
 			reader.Close()
-			return err
+			return nil, err
 		}
 		err = waitKafkaCheckpoint(ctx, reader, tsrc, to)
 		tailTook := time.Since(t0)
 		reader.Close()
 		if err != nil {
 			tail.stop()
-			return err
+			return nil, err
 		}
 		if _, err := tail.stop(); err != nil {
-			return fmt.Errorf("tailer: %w", err)
+			return nil, fmt.Errorf("tailer: %w", err)
 		}
 		topic := prefix + "." + db + "." + table
 		f := figures{direct: float64(changes) / direct.Seconds(), tail: float64(changes) / tailTook.Seconds()}
@@ -176,18 +177,18 @@ func benchApply(ctx context.Context, o options) error {
 			schema := fmt.Sprintf("%s_a%d", db, k)
 			group := fmt.Sprintf("bench-%s-%d", prefix, k)
 			if err := resetSchema(ctx, s, schema, ""); err != nil {
-				return err
+				return nil, err
 			}
 			acfg, err := writeConfigDB(s.env, tsrc, db, table, from)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			setTargetSchema(acfg, schema)
 			addScaleOut(acfg, brokers, prefix, group)
 			rate, join, err := drainWithAppliers(ctx, o.bin, acfg, s, brokers, topic, group, k, changes, schema+"."+table, rows)
 			os.Remove(acfg)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			members[k-1] = append(members[k-1], rate)
 			ratios[k-1] = append(ratios[k-1], rate/f.direct)
@@ -226,9 +227,9 @@ func benchApply(ctx context.Context, o options) error {
 		rows, n, o.runs, machine(), rows, rows/4, changes, o.runs, appliersNote, out.String())
 	fmt.Println(body)
 	if o.out == "" {
-		return nil
+		return tailRatios, nil
 	}
-	return replaceSection(o.out, "Measured: apply throughput", body)
+	return tailRatios, replaceSection(o.out, "Measured: apply throughput", body)
 }
 
 // resetSchema drops a target schema and a source's checkpoint.
@@ -253,8 +254,7 @@ func setTargetSchema(cfg, schema string) {
 // addScaleOut adds target.kafka and an apply section to a config written
 // by writeConfigDB.
 func addScaleOut(cfg string, brokers []string, prefix, group string) {
-	b, _ := os.ReadFile(cfg)
-	y := strings.Replace(string(b), "\nlog:", fmt.Sprintf(`
+	insertBeforeLog(cfg, fmt.Sprintf(`
   kafka:
     brokers: [%s]
     topic_prefix: %s
@@ -263,9 +263,23 @@ func addScaleOut(cfg string, brokers []string, prefix, group string) {
 apply:
   group: %s
 metrics:
-  listen: "off"
-log:`, strings.Join(brokers, ", "), prefix, group), 1)
-	os.WriteFile(cfg, []byte(y), 0o600)
+  listen: "off"`, strings.Join(brokers, ", "), prefix, group))
+}
+
+// addKafka adds target.kafka beside target.postgres (the fan-out) to a
+// config written by writeConfigDB.
+func addKafka(cfg string, brokers []string, prefix string) {
+	insertBeforeLog(cfg, fmt.Sprintf(`
+  kafka:
+    brokers: [%s]
+    topic_prefix: %s`, strings.Join(brokers, ", "), prefix))
+}
+
+// insertBeforeLog puts yaml before the log section of a config written by
+// writeConfigDB.
+func insertBeforeLog(cfg, yaml string) {
+	b, _ := os.ReadFile(cfg)
+	os.WriteFile(cfg, []byte(strings.Replace(string(b), "\nlog:", yaml+"\nlog:", 1)), 0o600)
 }
 
 // checkpointReader opens a Kafka sink that only reads the tailer's

@@ -148,16 +148,23 @@ func (c *chameleon) run(step string) (string, error) {
 	return string(out), err
 }
 
-// initReplica times init_replica (the initial copy).
-func (c *chameleon) initReplica() (time.Duration, error) {
+// initReplica times init_replica (the initial copy) and returns the peak
+// resident set of its process tree (runuser, then python; KiB).
+func (c *chameleon) initReplica() (time.Duration, int64, error) {
 	var out bytes.Buffer
 	cmd := c.command("init_replica")
 	cmd.Stdout, cmd.Stderr = &out, &out
-	took, _, err := timeChild(cmd)
-	if err != nil || !strings.Contains(out.String(), "init replica for source mysql is complete") {
-		return 0, fmt.Errorf("pg_chameleon init_replica: %v\n%s", err, tail(out.String(), 40))
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, 0, fmt.Errorf("pg_chameleon init_replica: %w", err)
 	}
-	return took, nil
+	w := watchTree(cmd.Process.Pid)
+	err := cmd.Wait()
+	took, rss := time.Since(start), w.Peak()
+	if err != nil || !strings.Contains(out.String(), "init replica for source mysql is complete") {
+		return 0, 0, fmt.Errorf("pg_chameleon init_replica: %v\n%s", err, tail(out.String(), 40))
+	}
+	return took, rss, nil
 }
 
 // drain runs start_replica until done reports that the target has the
@@ -239,19 +246,19 @@ const drainChanges = 32000
 // drainPeers copies the peers' table with pg_chameleon (init_replica) and
 // with tidemark (catchup, which stores a checkpoint), writes a backlog of
 // updates to the source, and times pg_chameleon's start_replica and `tidemark
-// run` draining it, one after the other; both copies are then checked with
-// `tidemark verify`.
-func drainPeers(ctx context.Context, sv *services, bin string,
+// run` draining it, one after the other (drain run number run); with check,
+// both copies are then checked with `tidemark verify`.
+func drainPeers(ctx context.Context, sv *services, bin string, run int, check bool,
 	runTidemark func(source string) (time.Duration, int64, error),
 	verify func(source string) (string, error)) (drainResult, error) {
-	const chSchema, tmSource = "peers_chameleon_drain", "peers_tidemark_drain"
+	chSchema, tmSource := fmt.Sprintf("peers_chameleon_drain_%d", run), fmt.Sprintf("peers_tidemark_drain_%d", run)
 	r := drainResult{changes: drainChanges + 1}
-	fmt.Fprintln(os.Stderr, "== drain: initial copies (pg_chameleon init_replica, tidemark catchup)")
+	fmt.Fprintf(os.Stderr, "== drain [%d]: initial copies (pg_chameleon init_replica, tidemark catchup)\n", run)
 	ch, err := newChameleon(sv.env, chSchema)
 	if err != nil {
 		return r, err
 	}
-	if _, err := ch.initReplica(); err != nil {
+	if _, _, err := ch.initReplica(); err != nil {
 		return r, err
 	}
 	if _, _, err := runTidemark(tmSource); err != nil {
@@ -297,6 +304,9 @@ func drainPeers(ctx context.Context, sv *services, bin string,
 		return r, fmt.Errorf("tidemark drain: %v %v", werr, err)
 	}
 	fmt.Fprintf(os.Stderr, "   pg_chameleon %s, tidemark %s\n", r.chameleon.Round(time.Millisecond), r.tidemark.Round(time.Millisecond))
+	if !check {
+		return r, nil
+	}
 	if r.chameleonVerify, err = verify(chSchema); err != nil {
 		return r, err
 	}

@@ -42,10 +42,11 @@ type fallbackRun struct {
 // the window and applies the changed rows: R7 = full / first catch-up. Two
 // more catch-ups of the same, now unchanged, window follow and are shown
 // apart (the incident's hourly re-runs); they never enter R7.
-func benchFallback(ctx context.Context, rows, runs int, out string) error {
+// It returns R7 of each run.
+func benchFallback(ctx context.Context, rows, runs int, out string) ([]float64, error) {
 	sv, err := connect(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer sv.close(ctx)
 	env, my, pg := sv.env, sv.my, sv.pg
@@ -56,12 +57,12 @@ func benchFallback(ctx context.Context, rows, runs int, out string) error {
 		`CREATE TABLE big (id BIGINT PRIMARY KEY, amount DECIMAL(12,2) NOT NULL, name VARCHAR(64) NOT NULL,
 			updated_at DATETIME(6) NOT NULL, KEY (updated_at))`,
 		"SET time_zone = '"+zone+"'"); err != nil {
-		return err
+		return nil, err
 	}
 	for lo := 0; lo < rows; lo += 100000 {
 		n := min(100000, rows-lo)
 		if err := harness.Exec(my, fmt.Sprintf(`INSERT INTO big SELECT %d + seq, seq / 100, CONCAT('row-', seq), NOW(6) - INTERVAL 400 DAY + INTERVAL (%d + seq) SECOND FROM seq_1_to_%d`, lo, lo, n)); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	fmt.Fprintf(os.Stderr, "   loaded in %s\n", time.Since(t0).Round(time.Millisecond))
@@ -70,23 +71,23 @@ func benchFallback(ctx context.Context, rows, runs int, out string) error {
 	reader, err := binlog.NewReader(binlog.Config{Name: "bench_fb", Addr: env.MySQLAddr, User: env.MySQLUser, Password: env.MySQLPassword,
 		ServerID: 7300, Include: []string{db + ".big"}, Zone: tidemark.ZonePolicy{Location: loc}})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer reader.Close()
 	store, err := checkpoint.New(checkpoint.Config{})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	sink, err := postgres.Open(ctx, postgres.Config{DSN: env.PGDSN, Checkpoints: store})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer sink.Close()
 	var calls callTimes
 	cu, err := fallback.New(fallback.Config{Source: "fallback_bench", ChunkRows: fallbackChunkRows, Tables: map[string]fallback.TableConfig{db + ".big": {Column: "updated_at", Lookback: time.Minute}}},
 		timedSource{reader, &calls}, timedTarget{sink, &calls})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	only := []tidemark.TableID{{Database: db, Name: "big"}}
 	changed := rows / 1000
@@ -99,7 +100,7 @@ func benchFallback(ctx context.Context, rows, runs int, out string) error {
 		} else {
 			// The sink knows the table now: empty it rather than drop it.
 			if _, err := pg.Exec(ctx, "TRUNCATE "+db+".big"); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		_, _ = pg.Exec(ctx, "DELETE FROM tidemark.watermarks WHERE source = 'fallback_bench'")
@@ -107,11 +108,11 @@ func benchFallback(ctx context.Context, rows, runs int, out string) error {
 		if snapshotProfile != "" && run == 1 {
 			pf, err := os.Create(snapshotProfile)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			defer pf.Close()
 			if err := pprof.StartCPUProfile(pf); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		full, err := cu.RunReport(ctx, only)
@@ -119,7 +120,7 @@ func benchFallback(ctx context.Context, rows, runs int, out string) error {
 			pprof.StopCPUProfile()
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 		fr.full, fr.fullRows = full.Took, full.Tables[0].Rows
 		fmt.Fprintf(os.Stderr, "   full reload %s: reading %s, applying %s (they overlap)\n", full.Took.Round(time.Millisecond),
@@ -127,21 +128,21 @@ func benchFallback(ctx context.Context, rows, runs int, out string) error {
 		// A different 0.1% each run, stamped now: only they are in the
 		// window after the watermark.
 		if err := harness.Exec(my, fmt.Sprintf("UPDATE %s.big SET amount = amount + 1, updated_at = NOW(6) WHERE id %% 1000 = %d", db, run)); err != nil {
-			return err
+			return nil, err
 		}
 		fmt.Fprintf(os.Stderr, "== [%d] first catch-up after %d rows (0.1%%) changed, then 2 re-runs of the unchanged window\n", run, changed)
 		for i := 0; i < 3; i++ {
 			calls.reset()
 			r, err := cu.RunReport(ctx, only)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if i == 0 {
 				fr.calls = calls.String()
 				fmt.Fprintf(os.Stderr, "   first catch-up %s: %s\n", r.Took.Round(100*time.Microsecond), fr.calls)
 				fr.first, fr.firstRep = r.Took, r.Tables[0]
 				if int(r.Tables[0].Applied.Updated) != changed {
-					return fmt.Errorf("first catch-up updated %d rows, want %d", r.Tables[0].Applied.Updated, changed)
+					return nil, fmt.Errorf("first catch-up updated %d rows, want %d", r.Tables[0].Applied.Updated, changed)
 				}
 			} else {
 				fr.reruns = append(fr.reruns, r.Took)
@@ -187,9 +188,9 @@ func benchFallback(ctx context.Context, rows, runs int, out string) error {
 	}
 	fmt.Print(b.String())
 	if out == "" {
-		return nil
+		return r7s, nil
 	}
-	return replaceSection(out, fmt.Sprintf("fallback-%d", rows), fmt.Sprintf("## Fallback catch-up versus full reload, %d rows (`make bench-fallback`, %s)\n\n%d-row table, DATETIME watermark column indexed; 0.1%% of the rows changed before each first catch-up; full reload and catch-ups through the same reader and sink, in one process. %s\n\n```\n%s```\n",
+	return r7s, replaceSection(out, fmt.Sprintf("fallback-%d", rows), fmt.Sprintf("## Fallback catch-up versus full reload, %d rows (`make bench-fallback`, %s)\n\n%d-row table, DATETIME watermark column indexed; 0.1%% of the rows changed before each first catch-up; full reload and catch-ups through the same reader and sink, in one process. %s\n\n```\n%s```\n",
 		rows, time.Now().UTC().Format("2006-01-02 15:04 UTC"), rows, machine(), b.String()))
 }
 

@@ -74,6 +74,13 @@ type options struct {
 	appliers                                           int
 	tailerProfile                                      string
 	snapParRows                                        int
+	drainRuns                                          int
+	beside                                             bool
+	besideRows, besideIdle                             int
+	besideRate                                         float64
+	besideTopology                                     string
+	targets25                                          bool
+	longRows                                           int
 }
 
 // loadAtStart is the load average when the bench started.
@@ -103,21 +110,46 @@ func main() {
 	flag.IntVar(&o.appliers, "appliers", 3, "with -apply: measure groups of 1 … this many appliers (0: the tailer only, K/D)")
 	flag.StringVar(&o.tailerProfile, "tailer-profile", "", "with -apply: write CPU, block and mutex profiles of the Kafka tailer to this prefix (PREFIX.cpu.N, PREFIX.block.N, PREFIX.mutex.N for run N)")
 	flag.IntVar(&o.snapParRows, "snapshot-parallel", 0, "instead: the first-run snapshot of a table of this many rows at snapshot.parallelism 1, 2 and 4, each against the COPY ceiling of the same run")
+	flag.IntVar(&o.drainRuns, "drain-runs", -1, "with -peers: streaming drains of pg_chameleon start_replica and tidemark run (default: -runs; 0: none)")
+	flag.BoolVar(&o.beside, "beside", false, "instead: the lag of a busy small table while a big table (-beside-rows) is snapshotted beside the stream")
+	flag.IntVar(&o.besideRows, "beside-rows", 5000000, "with -beside, -targets25: rows of the big table")
+	flag.IntVar(&o.besideIdle, "beside-idle", 20, "with -beside: seconds of the writer alone (the ceiling) before the snapshot")
+	flag.Float64Var(&o.besideRate, "beside-rate", 500, "with -beside: rows/s the writer commits to the small table (10-row transactions)")
+	flag.StringVar(&o.besideTopology, "beside-topology", "postgres", "with -beside: postgres (tidemark run → PostgreSQL) or fanout (PostgreSQL + Kafka)")
+	flag.BoolVar(&o.targets25, "targets25", false, "instead: every benchmark of issue 25's Targets table, then the table")
+	flag.IntVar(&o.longRows, "long-rows", 0, "with -targets25: also the peers and R7 at this many rows (10000000)")
 	flag.Parse()
+	if o.drainRuns < 0 {
+		o.drainRuns = o.runs
+	}
 	loadAtStart = loadAvg()
 	// The same GC settings as the tidemark binary (cmd/tidemark tuneGC), for
 	// C1 and T1 alike, which run in this process.
 	debug.SetGCPercent(400)
 	debug.SetMemoryLimit(200 << 20)
+	if o.targets25 {
+		if err := benchTargets25(context.Background(), o); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if o.beside {
+		if _, err := benchBeside(context.Background(), o); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if o.peerRows > 0 {
-		if err := benchPeers(context.Background(), o); err != nil {
+		if _, err := benchPeers(context.Background(), o); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
 		return
 	}
 	if o.snapParRows > 0 {
-		if err := benchSnapshotParallel(context.Background(), o); err != nil {
+		if _, err := benchSnapshotParallel(context.Background(), o); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
@@ -127,14 +159,14 @@ func main() {
 		if o.out == "docs/PERFORMANCE.md" {
 			o.out = "docs/SCALE-OUT.md"
 		}
-		if err := benchApply(context.Background(), o); err != nil {
+		if _, err := benchApply(context.Background(), o); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
 		return
 	}
 	if o.fallbackRows > 0 {
-		if err := benchFallback(context.Background(), o.fallbackRows, o.runs, o.out); err != nil {
+		if _, err := benchFallback(context.Background(), o.fallbackRows, o.runs, o.out); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}

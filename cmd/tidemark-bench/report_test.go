@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestReplaceSection(t *testing.T) {
@@ -77,5 +78,44 @@ func TestMedianOf(t *testing.T) {
 		if got := medianOf(c.in); got != c.want {
 			t.Errorf("medianOf(%v) = %v, want %v", c.in, got, c.want)
 		}
+	}
+}
+
+// A tool that runs as a tree of processes (pg_chameleon: runuser, then
+// python) is measured over the whole tree: a grandchild that touches
+// 64 MiB counts, though the process started holds little of it.
+func TestTreeRSSCountsDescendants(t *testing.T) {
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skip("no /proc on this system")
+	}
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 not available")
+	}
+	// sh forks python (the "; true" keeps it from exec'ing it).
+	cmd := exec.Command("sh", "-c", `python3 -c "import sys,time; b = bytearray(64 << 20); sys.stdout.write('x'); sys.stdout.flush(); time.sleep(2)"; true`)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w := watchTree(cmd.Process.Pid)
+	buf := make([]byte, 1)
+	if _, err := out.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // a few samples while python holds it
+	own, err := vmHWM(strconv.Itoa(cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	peak := w.Peak()
+	if own >= 64<<10 {
+		t.Fatalf("sh itself holds %d KiB: the test does not tell a tree from a process", own)
+	}
+	if peak < 64<<10 {
+		t.Fatalf("peak RSS of a tree whose grandchild holds 64 MiB: %d KiB (sh alone: %d KiB)", peak, own)
 	}
 }

@@ -15,22 +15,7 @@ import (
 // children, it is the process's own high-water mark: a child forked from a
 // large parent does not inherit the parent's.
 func vmHWM(pid string) (int64, error) {
-	f, err := os.Open("/proc/" + pid + "/status")
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			fs := strings.Fields(v)
-			if len(fs) == 0 {
-				break
-			}
-			return strconv.ParseInt(fs[0], 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("read VmHWM of %s: not in /proc/%s/status", pid, pid)
+	return statusKiB(pid, "VmHWM")
 }
 
 // rssWatch polls a child's VmHWM until the process is gone; the last value
@@ -44,14 +29,20 @@ type rssWatch struct {
 }
 
 func watchRSS(pid int) *rssWatch {
-	w := &rssWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	p := strconv.Itoa(pid)
+	return watchWith(func() (int64, error) { return vmHWM(p) })
+}
+
+// watchWith polls sample every 50 ms until Peak is called and keeps the
+// largest value.
+func watchWith(sample func() (int64, error)) *rssWatch {
+	w := &rssWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if v, err := vmHWM(p); err == nil {
+			if v, err := sample(); err == nil {
 				w.mu.Lock()
 				w.peak = max(w.peak, v)
 				w.mu.Unlock()
@@ -77,4 +68,73 @@ func (w *rssWatch) Peak() int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.peak
+}
+
+// statusKiB reads one "Name:   N kB" field of /proc/<pid>/status.
+func statusKiB(pid, field string) (int64, error) {
+	f, err := os.Open("/proc/" + pid + "/status")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
+			fs := strings.Fields(v)
+			if len(fs) == 0 {
+				break
+			}
+			return strconv.ParseInt(fs[0], 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("read %s of %s: not in /proc/%s/status", field, pid, pid)
+}
+
+// treeRSS is the resident set (VmRSS, KiB) of a process and all its
+// descendants, summed (/proc/<pid>/stat gives each process's parent).
+func treeRSS(root int) int64 {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	children := map[int][]int{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …; comm may hold spaces and parentheses.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		fs := strings.Fields(string(b[i+1:]))
+		if len(fs) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(fs[1]); err == nil {
+			children[ppid] = append(children[ppid], pid)
+		}
+	}
+	var sum int64
+	for todo := []int{root}; len(todo) > 0; {
+		pid := todo[len(todo)-1]
+		todo = append(todo[:len(todo)-1], children[pid]...)
+		if v, err := statusKiB(strconv.Itoa(pid), "VmRSS"); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// watchTree polls the summed resident set of a process and its
+// descendants (treeRSS) every 50 ms until it is gone; Peak is the largest
+// sum seen. For a tool that runs as several processes (pg_chameleon: runuser,
+// then python), where the VmHWM of the process started says nothing.
+func watchTree(pid int) *rssWatch {
+	return watchWith(func() (int64, error) { return treeRSS(pid), nil })
 }

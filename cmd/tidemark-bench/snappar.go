@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -31,24 +30,25 @@ type snapParRun struct {
 // (one pgx CopyFrom of rows of the same shape) measured in the same run:
 // the ratio of the two rates is the figure, medians of o.runs runs. The
 // copy of each parallelism's first run is checked with `tidemark verify`.
-func benchSnapshotParallel(ctx context.Context, o options) error {
+// It returns each parallelism's per-run ratios.
+func benchSnapshotParallel(ctx context.Context, o options) (map[int][]float64, error) {
 	sv, err := connect(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer sv.close(ctx)
 	env, pg := sv.env, sv.pg
 	cleanup, err := buildTidemark(&o)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer cleanup()
 	rows := o.snapParRows
 	if err := loadPeersTable(sv.my, rows); err != nil {
-		return err
+		return nil, err
 	}
 	if err := resetTargets(ctx, pg, "snappar_"); err != nil {
-		return err
+		return nil, err
 	}
 	runChild := func(par int, source string, args ...string) ([]byte, error) {
 		snapshotPar = par
@@ -66,39 +66,36 @@ func benchSnapshotParallel(ctx context.Context, o options) error {
 		return out.Bytes(), err
 	}
 	runs := map[int][]snapParRun{}
+	ratios := map[int][]float64{}
 	verdict := map[int]string{}
 	for i := 1; i <= o.runs; i++ {
 		for _, par := range snapParLevels {
 			var r snapParRun
 			fmt.Fprintf(os.Stderr, "== [%d] parallelism %d: C COPY ceiling, then tidemark catchup (load %s)\n", i, par, loadAvg())
 			if _, err := pg.Exec(ctx, "DROP SCHEMA IF EXISTS snappar_ceiling CASCADE"); err != nil {
-				return err
+				return nil, err
 			}
 			if r.ceiling, err = copyCeiling(ctx, pg, "snappar_ceiling", rows); err != nil {
-				return err
+				return nil, err
 			}
 			source := fmt.Sprintf("snappar_p%d_%d", par, i)
 			t0 := time.Now()
 			if out, err := runChild(par, source, "catchup"); err != nil {
-				return fmt.Errorf("tidemark catchup at parallelism %d: %v\n%s", par, err, out)
+				return nil, fmt.Errorf("tidemark catchup at parallelism %d: %v\n%s", par, err, out)
 			}
 			r.took, r.load = time.Since(t0), loadAvg()
 			fmt.Fprintf(os.Stderr, "   ceiling %.0f rows/s, tidemark %s (%.0f rows/s)\n", r.ceiling.rate(), r.took.Round(time.Millisecond), float64(rows)/r.took.Seconds())
 			if i == 1 {
 				out, err := runChild(par, source, "verify", "--examples", "2")
-				var ee *exec.ExitError
-				switch {
-				case err == nil:
-					verdict[par] = "EQUAL"
-				case errors.As(err, &ee) && ee.ExitCode() == exitDifferent:
-					verdict[par] = "DIFFERENT: " + firstLine(string(out))
-				default:
-					return fmt.Errorf("tidemark verify at parallelism %d: %v\n%s", par, err, out)
+				v, err := verdictOf(fmt.Sprintf("the copy at parallelism %d", par), out, err)
+				if err != nil {
+					return nil, err
 				}
+				verdict[par] = firstLine(v)
 			}
 			runs[par] = append(runs[par], r)
 			if err := resetTargets(ctx, pg, "snappar_"); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
@@ -113,6 +110,7 @@ func benchSnapshotParallel(ctx context.Context, o options) error {
 			ceil = append(ceil, r.ceiling.rate())
 			x := (float64(rows) / r.took.Seconds()) / r.ceiling.rate()
 			ratio = append(ratio, x)
+			ratios[par] = append(ratios[par], x)
 			per = append(per, fmt.Sprintf("%.2f", x))
 			loads = append(loads, strings.Fields(r.load)[0])
 		}
@@ -122,8 +120,8 @@ func benchSnapshotParallel(ctx context.Context, o options) error {
 	tw.Flush()
 	fmt.Print(b.String())
 	if o.out == "" {
-		return nil
+		return ratios, nil
 	}
-	return replaceSection(o.out, "snapshot-parallel", fmt.Sprintf("## Parallel snapshot: first-run snapshot ÷ one COPY stream (`make bench-snapshot`, %s)\n\n%d-row peers table (as in `make bench-peers`), `tidemark catchup` without a checkpoint (the first-run snapshot of `tidemark run`) at each `snapshot.parallelism`, each right after the COPY ceiling (one pgx CopyFrom of rows of the same shape into a fresh table) measured in the same run; runs interleave the parallelisms. %s\n\n```\n%s```\n",
+	return ratios, replaceSection(o.out, "snapshot-parallel", fmt.Sprintf("## Parallel snapshot: first-run snapshot ÷ one COPY stream (`make bench-snapshot`, %s)\n\n%d-row peers table (as in `make bench-peers`), `tidemark catchup` without a checkpoint (the first-run snapshot of `tidemark run`) at each `snapshot.parallelism`, each right after the COPY ceiling (one pgx CopyFrom of rows of the same shape into a fresh table) measured in the same run; runs interleave the parallelisms. %s\n\n```\n%s```\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), rows, machine(), b.String()))
 }
