@@ -132,6 +132,16 @@ func (b *besideTarget) SetTableState(_ context.Context, _ string, st TableState)
 	return nil
 }
 
+func (b *besideTarget) SwapTableState(_ context.Context, _ string, old TableMode, st TableState) (bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.states[st.Table].Mode != old {
+		return false, nil
+	}
+	b.states[st.Table] = st
+	return true, nil
+}
+
 func (b *besideTarget) HasTable(context.Context, TableID) (bool, error) { return false, nil }
 
 func (b *besideTarget) ResetTable(context.Context, string, TableID) error {

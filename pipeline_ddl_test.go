@@ -144,6 +144,12 @@ func (r *memRegistry) SetTableState(_ context.Context, _ string, st TableState) 
 	r.states[st.Table] = st
 	return nil
 }
+func (r *memRegistry) SwapTableState(ctx context.Context, source string, old TableMode, st TableState) (bool, error) {
+	if r.states[st.Table].Mode != old {
+		return false, nil
+	}
+	return true, r.SetTableState(ctx, source, st)
+}
 func (r *memRegistry) HasTable(context.Context, TableID) (bool, error)   { return false, nil }
 func (r *memRegistry) ResetTable(context.Context, string, TableID) error { return nil }
 func (r *memRegistry) EnsureTable(context.Context, *Table) error         { return nil }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -287,57 +288,105 @@ func (p *Pipeline) pendingSnapshots(ctx context.Context, flush func() error) err
 		}
 	}
 	for _, st := range todo {
-		reason := st.Reason
-		if st.Mode == TableResyncRequested {
-			reason = "resync requested"
-			p.cfg.Logger.Info("resync requested: re-snapshotting the table", "source", p.cfg.Source, "table", st.Table.String())
-		} else if st.Cursor != "" && p.cfg.Chunks != nil {
-			// A snapshot beside the stream: resume it after its last
-			// chunk.
-			p.remember(st)
-			ranges, err := DecodeRanges(st.Cursor)
-			if err == nil {
-				if err := p.queueBeside(ctx, st.Table, st.Reason, ranges, st.Floor); err != nil {
-					return err
-				}
-				continue
-			}
-			p.cfg.Logger.Warn("the recorded chunk cursor cannot be read: redoing the snapshot from its first chunk", "source", p.cfg.Source, "table", st.Table.String(), "err", err)
-		} else {
-			p.cfg.Logger.Info("finishing an interrupted snapshot", "source", p.cfg.Source, "table", st.Table.String(), "reason", st.Reason)
-		}
-		p.remember(st)
-		if err := p.resnapshot(ctx, st.Table, reason); err != nil {
+		if err := p.perform(ctx, st); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// perform does what a recorded state of mode resync or snapshotting asks
+// for: the resync, or the snapshot a crash interrupted (resumed after its
+// last chunk when it was beside the stream).
+func (p *Pipeline) perform(ctx context.Context, st TableState) error {
+	reason := st.Reason
+	if st.Mode == TableResyncRequested {
+		reason = "resync requested"
+		p.cfg.Logger.Info("resync requested: re-snapshotting the table", "source", p.cfg.Source, "table", st.Table.String())
+	} else if st.Cursor != "" && p.cfg.Chunks != nil {
+		// A snapshot beside the stream: resume it after its last
+		// chunk.
+		p.remember(st)
+		ranges, err := DecodeRanges(st.Cursor)
+		if err == nil {
+			return p.queueBeside(ctx, st.Table, st.Reason, ranges, st.Floor)
+		}
+		p.cfg.Logger.Warn("the recorded chunk cursor cannot be read: redoing the snapshot from its first chunk", "source", p.cfg.Source, "table", st.Table.String(), "err", err)
+	} else {
+		p.cfg.Logger.Info("finishing an interrupted snapshot", "source", p.cfg.Source, "table", st.Table.String(), "reason", st.Reason)
+	}
+	p.remember(st)
+	return p.resnapshot(ctx, st.Table, reason)
+}
+
 // admitTables admits the batch's tables that the pipeline sees for the
-// first time.
+// first time. A table with a recorded state gets what that state says
+// (honour) instead: after a first run, which records none, a resync asked
+// for before the table's first change is recorded and nothing in memory
+// knows it yet; admitting the table streaming overwrote the request, and
+// the resync never happened.
 func (p *Pipeline) admitTables(ctx context.Context, b *Batch) error {
-	var seen map[TableID]bool
+	var unknown []TableID
 	for i := range b.Changes {
 		id := b.Changes[i].Table.ID
-		if _, ok := p.state(id); ok || seen[id] {
+		if _, ok := p.state(id); ok || slices.Contains(unknown, id) {
 			continue
 		}
-		if seen == nil {
-			seen = map[TableID]bool{}
+		unknown = append(unknown, id)
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	recorded, err := p.recordedStates(ctx)
+	if err != nil {
+		return err
+	}
+	for _, id := range unknown {
+		if st, ok := recorded[id]; ok {
+			err = p.honour(ctx, st)
+		} else {
+			err = p.admit(ctx, id)
 		}
-		seen[id] = true
-		if err := p.admit(ctx, id); err != nil {
+		if err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// recordedStates reads the recorded table states by table (none without
+// a registry).
+func (p *Pipeline) recordedStates(ctx context.Context) (map[TableID]TableState, error) {
+	if p.reg == nil {
+		return nil, nil
+	}
+	states, err := p.reg.TableStates(ctx, p.cfg.Source)
+	if err != nil {
+		return nil, fmt.Errorf("read table states of %s: %w", p.cfg.Source, err)
+	}
+	out := make(map[TableID]TableState, len(states))
+	for _, st := range states {
+		out[st.Table] = st
+	}
+	return out, nil
+}
+
+// honour takes on a recorded state of a table the pipeline did not know:
+// a resync or a snapshot is performed, any other state remembered.
+func (p *Pipeline) honour(ctx context.Context, st TableState) error {
+	if st.Mode == TableResyncRequested || st.Mode == TableSnapshotting {
+		return p.perform(ctx, st)
+	}
+	p.remember(st)
 	return nil
 }
 
 // admit starts replicating a table the pipeline has not seen before. When
 // its target does not exist yet it is snapshotted first: it may hold rows
 // that the stream will never show (a table renamed into the include filter,
-// or newly included). A table whose target exists is streamed from here.
+// or newly included). A table whose target exists is streamed from here,
+// recorded so only where no state is recorded: one recorded since the
+// caller read them (a resync asked for meanwhile) is honoured.
 func (p *Pipeline) admit(ctx context.Context, id TableID) error {
 	if p.reg == nil {
 		p.remember(TableState{Table: id, Mode: TableStreaming})
@@ -347,8 +396,25 @@ func (p *Pipeline) admit(ctx context.Context, id TableID) error {
 	if err != nil {
 		return fmt.Errorf("look up target of %s: %w", id, err)
 	}
-	if has {
-		return p.setState(ctx, TableState{Table: id, Mode: TableStreaming})
+	if !has {
+		return p.resnapshot(ctx, id, "new table")
 	}
-	return p.resnapshot(ctx, id, "new table")
+	st := TableState{Table: id, Mode: TableStreaming}
+	added, err := p.reg.SwapTableState(ctx, p.cfg.Source, "", st)
+	if err != nil {
+		return fmt.Errorf("record state of %s: %w", id, err)
+	}
+	if added {
+		p.remember(st)
+		return nil
+	}
+	recorded, err := p.recordedStates(ctx)
+	if err != nil {
+		return err
+	}
+	if cur, ok := recorded[id]; ok {
+		return p.honour(ctx, cur)
+	}
+	// Recorded and forgotten again since (a DROP TABLE's): stream it.
+	return p.setState(ctx, st)
 }

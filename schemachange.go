@@ -196,6 +196,11 @@ type TableRegistry interface {
 	TableStates(ctx context.Context, source string) ([]TableState, error)
 	// SetTableState records one table's state.
 	SetTableState(ctx context.Context, source string, st TableState) error
+	// SwapTableState records st only if the table's recorded state has
+	// mode old (old "": no state is recorded), in one statement, and
+	// reports whether it did: a state another process recorded meanwhile
+	// (a resync tidemark resync asked for) is not overwritten.
+	SwapTableState(ctx context.Context, source string, old TableMode, st TableState) (bool, error)
 	// HasTable reports whether the target already holds a table for the
 	// source table.
 	HasTable(ctx context.Context, table TableID) (bool, error)

@@ -50,6 +50,16 @@ func (r *regSink) SetTableState(ctx context.Context, source string, st tidemark.
 	return nil
 }
 
+func (r *regSink) SwapTableState(ctx context.Context, source string, old tidemark.TableMode, st tidemark.TableState) (bool, error) {
+	r.rmu.Lock()
+	defer r.rmu.Unlock()
+	if r.states[st.Table].Mode != old {
+		return false, nil
+	}
+	r.states[st.Table] = st
+	return true, nil
+}
+
 func (r *regSink) state(id tidemark.TableID) tidemark.TableState {
 	r.rmu.Lock()
 	defer r.rmu.Unlock()

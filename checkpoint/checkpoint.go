@@ -87,6 +87,7 @@ type Store struct {
 	checkpointsName, wmarksName string // "schema.table", for messages
 
 	loadStatesSQL, saveStateSQL, deleteStateSQL, deleteWMSQL string
+	addStateSQL, swapStateSQL                                string
 	tablesName                                               string
 
 	loadOffsetsSQL, insertOffsetSQL, updateOffsetSQL string
@@ -227,6 +228,12 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now())
 ON CONFLICT (source, database, table_name) DO UPDATE SET
 	state = EXCLUDED.state, reason = EXCLUDED.reason, floor_seq = EXCLUDED.floor_seq,
 	floor_idx = EXCLUDED.floor_idx, snapshot_cursor = EXCLUDED.snapshot_cursor, updated_at = now()`
+	// Compare-and-set (SwapTableState): RETURNING gives no row when the
+	// recorded state is not the one expected.
+	s.addStateSQL = `INSERT INTO ` + tb + ` (source, database, table_name, state, reason, floor_seq, floor_idx, snapshot_cursor, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now()) ON CONFLICT DO NOTHING RETURNING 1`
+	s.swapStateSQL = `UPDATE ` + tb + ` SET state = $4, reason = $5, floor_seq = $6, floor_idx = $7, snapshot_cursor = $8, updated_at = now()
+WHERE source = $1 AND database = $2 AND table_name = $3 AND state = $9 RETURNING 1`
 	s.deleteStateSQL = `DELETE FROM ` + tb + ` WHERE source = $1 AND database = $2 AND table_name = $3`
 	s.deleteWMSQL = `DELETE FROM ` + wm + ` WHERE source = $1 AND database = $2 AND table_name = $3`
 	s.loadOffsetsSQL = `SELECT coalesce(json_agg(json_build_object('p', partition, 'n', next_offset::text, 's', table_schema, 'id', topic_id, 'e', leader_epoch, 'fs', floor_seq::text, 'fi', floor_idx)
@@ -420,24 +427,59 @@ func (s *Store) LoadTableStates(ctx context.Context, q Querier, source string) (
 
 // SaveTableState records a table's state, replacing what was there.
 func (s *Store) SaveTableState(ctx context.Context, q Querier, source string, st tidemark.TableState) error {
+	args, err := s.stateArgs(source, st)
+	if err != nil {
+		return fmt.Errorf("save state of %s (source %q) to %s: %w", st.Table, source, s.tablesName, err)
+	}
+	if err := q.Exec(ctx, s.saveStateSQL, args...); err != nil {
+		return fmt.Errorf("save state of %s (source %q) to %s: %w", st.Table, source, s.tablesName, err)
+	}
+	return nil
+}
+
+// SwapTableState records st only if the table's recorded state has mode
+// old (old "": none is recorded), and reports whether it did: a
+// compare-and-set in one statement.
+func (s *Store) SwapTableState(ctx context.Context, q Querier, source string, old tidemark.TableMode, st tidemark.TableState) (bool, error) {
+	args, err := s.stateArgs(source, st)
+	if err == nil && old != "" && !old.Valid() {
+		err = fmt.Errorf("unknown expected state %q", old)
+	}
+	if err != nil {
+		return false, fmt.Errorf("swap state of %s (source %q) in %s: %w", st.Table, source, s.tablesName, err)
+	}
+	query := s.addStateSQL
+	if old != "" {
+		query, args = s.swapStateSQL, append(args, string(old))
+	}
+	var one int
+	err = q.QueryRow(ctx, query, args...).Scan(&one)
+	if errors.Is(err, ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("swap state of %s (source %q) in %s: %w", st.Table, source, s.tablesName, err)
+	}
+	return true, nil
+}
+
+// stateArgs checks st and returns the bind parameters of saveStateSQL.
+func (s *Store) stateArgs(source string, st tidemark.TableState) ([]any, error) {
 	if source == "" || st.Table.Database == "" || st.Table.Name == "" {
-		return fmt.Errorf("save state of %s (source %q) to %s: incomplete name", st.Table, source, s.tablesName)
+		return nil, errors.New("incomplete name")
 	}
 	if !st.Mode.Valid() {
-		return fmt.Errorf("save state of %s (source %q) to %s: unknown state %q", st.Table, source, s.tablesName, st.Mode)
+		return nil, fmt.Errorf("unknown state %q", st.Mode)
 	}
 	if st.Floor.Seq > math.MaxInt64 || st.Floor.Index > math.MaxInt32 {
-		return fmt.Errorf("save state of %s (source %q) to %s: floor %s does not fit", st.Table, source, s.tablesName, st.Floor)
+		return nil, fmt.Errorf("floor %s does not fit", st.Floor)
 	}
 	var reason any
 	if st.Reason != "" {
 		reason = st.Reason
 	}
-	if err := q.Exec(ctx, s.saveStateSQL, source, st.Table.Database, st.Table.Name, string(st.Mode), reason,
-		int64(st.Floor.Seq), int32(st.Floor.Index), st.Cursor); err != nil {
-		return fmt.Errorf("save state of %s (source %q) to %s: %w", st.Table, source, s.tablesName, err)
-	}
-	return nil
+	return []any{source, st.Table.Database, st.Table.Name, string(st.Mode), reason,
+		int64(st.Floor.Seq), int32(st.Floor.Index), st.Cursor}, nil
 }
 
 // DeleteTableState forgets a table's state.

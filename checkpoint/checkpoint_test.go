@@ -308,6 +308,49 @@ func TestTableStates(t *testing.T) {
 	}
 }
 
+// TestSwapTableState: a state is added only where none is recorded, and
+// swapped only from the mode expected; the recorded one stays otherwise.
+func TestSwapTableState(t *testing.T) {
+	st, conn, _ := newStore(t)
+	ctx := context.Background()
+	q := newQuerier(conn)
+	a := tidemark.TableID{Database: "shop", Name: "orders"}
+	swap := func(old tidemark.TableMode, s tidemark.TableState) bool {
+		t.Helper()
+		ok, err := st.SwapTableState(ctx, q, "src", old, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	mode := func() tidemark.TableMode {
+		t.Helper()
+		got, err := st.LoadTableStates(ctx, q, "src")
+		if err != nil || len(got) != 1 {
+			t.Fatalf("states %+v, %v", got, err)
+		}
+		return got[0].Mode
+	}
+	if !swap("", tidemark.TableState{Table: a, Mode: tidemark.TableSnapshotting, Cursor: "c"}) || mode() != tidemark.TableSnapshotting {
+		t.Fatal("a first state was not added")
+	}
+	if swap("", tidemark.TableState{Table: a, Mode: tidemark.TableStreaming}) || mode() != tidemark.TableSnapshotting {
+		t.Fatal("a recorded state was overwritten by an add")
+	}
+	if err := st.SaveTableState(ctx, q, "src", tidemark.TableState{Table: a, Mode: tidemark.TableResyncRequested}); err != nil {
+		t.Fatal(err)
+	}
+	if swap(tidemark.TableSnapshotting, tidemark.TableState{Table: a, Mode: tidemark.TableStreaming}) || mode() != tidemark.TableResyncRequested {
+		t.Fatal("a resync request was overwritten by a swap from snapshotting")
+	}
+	if !swap(tidemark.TableResyncRequested, tidemark.TableState{Table: a, Mode: tidemark.TableStreaming}) || mode() != tidemark.TableStreaming {
+		t.Fatal("a swap from the recorded mode did not record")
+	}
+	if _, err := st.SwapTableState(ctx, q, "src", "paused", tidemark.TableState{Table: a, Mode: tidemark.TableStreaming}); err == nil {
+		t.Error("an unknown expected mode was accepted")
+	}
+}
+
 // TestEpochFloor: SavePosition raises the source's epoch floor with the
 // checkpoint and refuses, in the caller's transaction, a checkpoint below
 // it; deleting the checkpoint row leaves the floor (review finding 10).

@@ -32,6 +32,13 @@ func (f *fakeRegistry) SetTableState(ctx context.Context, source string, st tide
 	f.states[st.Table] = st
 	return nil
 }
+func (f *fakeRegistry) SwapTableState(ctx context.Context, source string, old tidemark.TableMode, st tidemark.TableState) (bool, error) {
+	if f.states[st.Table].Mode != old {
+		return false, nil
+	}
+	f.states[st.Table] = st
+	return true, nil
+}
 func (f *fakeRegistry) HasTable(ctx context.Context, id tidemark.TableID) (bool, error) {
 	return true, nil
 }

@@ -81,6 +81,11 @@ func (t tailerTarget) SetTableState(ctx context.Context, source string, st tidem
 	return t.lock.SetTableState(ctx, source, st)
 }
 
+// SwapTableState implements tidemark.TableRegistry.
+func (t tailerTarget) SwapTableState(ctx context.Context, source string, old tidemark.TableMode, st tidemark.TableState) (bool, error) {
+	return t.lock.SwapTableState(ctx, source, old, st)
+}
+
 // HasTable implements tidemark.TableRegistry: always true. The tailer
 // publishes a table from its first change (after the first start's
 // catch-up, which publishes every table); the appliers' target tables lag

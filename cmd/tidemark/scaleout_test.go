@@ -43,6 +43,14 @@ func (l *fakeLock) SetTableState(_ context.Context, _ string, st tidemark.TableS
 	return nil
 }
 
+func (l *fakeLock) SwapTableState(_ context.Context, _ string, old tidemark.TableMode, st tidemark.TableState) (bool, error) {
+	if l.states[st.Table].Mode != old {
+		return false, nil
+	}
+	l.states[st.Table] = st
+	return true, nil
+}
+
 // TestTailerSnapshotReadsInFull: while the scale-out tailer snapshots a
 // table (ResetTable … EndSnapshot) the table's catch-up watermark is not
 // seen, so the snapshot reads the table in full — a window would leave the

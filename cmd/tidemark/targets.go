@@ -253,6 +253,7 @@ type lockTarget interface {
 	tidemark.Clock
 	TableStates(ctx context.Context, source string) ([]tidemark.TableState, error)
 	SetTableState(ctx context.Context, source string, st tidemark.TableState) error
+	SwapTableState(ctx context.Context, source string, old tidemark.TableMode, st tidemark.TableState) (bool, error)
 	// HasTable reports whether the appliers' target (the same
 	// PostgreSQL) holds a table for the source table.
 	HasTable(ctx context.Context, table tidemark.TableID) (bool, error)

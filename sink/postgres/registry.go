@@ -30,6 +30,19 @@ func (s *Sink) SetTableState(ctx context.Context, source string, st tidemark.Tab
 	return redact(err, s.secret)
 }
 
+// SwapTableState implements tidemark.TableRegistry. A retry after a
+// connection lost during the statement may find the state it recorded and
+// report false: callers read the state back.
+func (s *Sink) SwapTableState(ctx context.Context, source string, old tidemark.TableMode, st tidemark.TableState) (bool, error) {
+	var ok bool
+	err := s.retry(ctx, "record state of "+st.Table.String(), func(ctx context.Context) error {
+		var err error
+		ok, err = s.cfg.Checkpoints.SwapTableState(ctx, querier{s.pool}, source, old, st)
+		return redact(err, s.secret)
+	})
+	return ok, redact(err, s.secret)
+}
+
 // HasTable implements tidemark.TableRegistry.
 func (s *Sink) HasTable(ctx context.Context, id tidemark.TableID) (bool, error) {
 	_, _, qname, err := s.targetOf(id)
