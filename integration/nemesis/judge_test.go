@@ -5,8 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"tidemark/integration/harness"
 )
@@ -185,16 +188,89 @@ func (c *campaign) judge() {
 	}
 }
 
-// readI5 returns what the I5 trigger recorded.
+// readI5 returns what the I5 trigger recorded, but for the brief
+// regression the apply topology documents (docs/SCALE-OUT.md, TRUNCATE and
+// DROP TABLE): the first partition to reach a TRUNCATE's or DROP's control
+// record removes the table's rows at or before its version, and a lagging
+// partition still writes its older rows until it reaches its own copy of
+// the record, which removes them again. The I5 trigger sees such a row as
+// an insert after a newer delete (soak seed 598680345494: the cut-over's
+// DROP of t0 applied by partition 0, then rows of the old t0 from
+// partition 1). Such a record is excused, in a campaign whose topics have
+// more than one partition, when both versions are at or before a control
+// record of that table that an applier applied; the tables must still be
+// equal at the end.
 func (c *campaign) readI5() []string {
-	_, _, bad, err := harness.ReadI5(c.ctx, c.pg, c.db, false)
+	rows, err := c.pg.Query(c.ctx, "SELECT tbl, key, kind, old_seq, old_idx, new_seq, new_idx FROM "+pgx.Identifier{c.db, "rel_i5"}.Sanitize()+" ORDER BY at")
 	if err != nil {
-		return []string{err.Error()}
+		return []string{fmt.Sprintf("I5: read records: %v", err)}
 	}
-	for i, b := range bad {
-		bad[i] = "I5: " + b
+	defer rows.Close()
+	var controls controls
+	if c.s.topology == "apply" && (c.s.partitions > 1 || c.res.faults["partitions_increase"] > 0) {
+		controls = c.controlsApplied()
+	}
+	var bad []string
+	excused := 0
+	for rows.Next() {
+		var tbl, key, kind string
+		var os, ns int64
+		var oi, ni int32
+		if err := rows.Scan(&tbl, &key, &kind, &os, &oi, &ns, &ni); err != nil {
+			return append(bad, fmt.Sprintf("I5: read records: %v", err))
+		}
+		if kind == "insert after newer delete" && controls.covers(tbl, os, oi) && controls.covers(tbl, ns, ni) {
+			excused++
+			continue
+		}
+		if len(bad) < 10 {
+			bad = append(bad, fmt.Sprintf("I5: %s %s: %s: version %d/%d then %d/%d", tbl, key, kind, os, oi, ns, ni))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		bad = append(bad, fmt.Sprintf("I5: read records: %v", err))
+	}
+	if excused > 0 {
+		c.res.faults["i5_lagging_partition (excused)"] += excused
+		c.t.Logf("I5: %d inserts after a newer delete excused: rows of a partition that lagged behind another's TRUNCATE or DROP TABLE record (documented, docs/SCALE-OUT.md)", excused)
 	}
 	return bad
+}
+
+// controlRecord matches an applier's log line for a TRUNCATE or DROP TABLE
+// control record it applied (sink/postgres streamtarget.go).
+var controlRecord = regexp.MustCompile(`msg="(?:dropped target rows older than a source DROP TABLE|truncated target rows older than a source TRUNCATE)" .*table="\\"[^"]*\\"\.\\"([^"]*)\\"" version=(\d+)\.(\d+)`)
+
+// controls maps a target table to the versions of its TRUNCATE and DROP
+// TABLE control records that an applier applied.
+type controls map[string][][2]int64
+
+// controlsApplied reads the control records the campaign's appliers
+// applied from their logs.
+func (c *campaign) controlsApplied() controls {
+	out := controls{}
+	for _, p := range c.procs {
+		if len(p.args) == 0 || p.args[0] != "apply" {
+			continue
+		}
+		for _, m := range controlRecord.FindAllStringSubmatch(p.log.String(), -1) {
+			seq, _ := strconv.ParseInt(m[2], 10, 64)
+			idx, _ := strconv.ParseInt(m[3], 10, 64)
+			out[m[1]] = append(out[m[1]], [2]int64{seq, idx})
+		}
+	}
+	return out
+}
+
+// covers reports whether version seq/idx of table tbl is at or before one
+// of its control records.
+func (cs controls) covers(tbl string, seq int64, idx int32) bool {
+	for _, v := range cs[tbl] {
+		if seq < v[0] || seq == v[0] && int64(idx) <= v[1] {
+			return true
+		}
+	}
+	return false
 }
 
 // report prints what a failing campaign needs to be replayed and read: the
