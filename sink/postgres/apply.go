@@ -193,6 +193,9 @@ func (s *Sink) applyOnce(ctx context.Context, b *tidemark.Batch, p *batchPlan) (
 		}
 		st.Add(gs)
 	}
+	if err := s.fence(ctx, tx, b.Source); err != nil {
+		return st, err
+	}
 	q := querier{tx}
 	if !b.Checkpoint.IsZero() {
 		if err := s.cfg.Checkpoints.SavePosition(ctx, q, b.Source, b.Checkpoint); err != nil {

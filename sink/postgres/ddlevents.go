@@ -32,6 +32,9 @@ func (s *Sink) ApplyDDL(ctx context.Context, source string, events []tidemark.DD
 	touched := map[tidemark.TableID]bool{}
 	err := tidemark.Retry(ctx, "apply DDL of source "+source, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
 		return s.ddlTx(ctx, func(tx pgx.Tx) error {
+			if err := s.fence(ctx, tx, source); err != nil {
+				return err
+			}
 			for _, ev := range events {
 				touched[ev.Table] = true
 				if err := s.applyEvent(ctx, tx, source, ev); err != nil {

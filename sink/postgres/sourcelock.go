@@ -17,6 +17,28 @@ var _ tidemark.SourceLocker = (*Sink)(nil)
 // sourceLockClass is the first key of the per-source advisory locks ("tm").
 const sourceLockClass int32 = 0x746d
 
+// sourceFenceClass is the first key of the per-source fences ("tmf"), an
+// advisory lock beside the source's lock. The session holding the source's
+// lock is not the one that commits: when it ends (a PostgreSQL restart,
+// pg_terminate_backend) the lock is free at once, while the process goes
+// on committing until its next lock check, and another process could take
+// the lock, read the checkpoint and write beside it (nemesis soak seed
+// 418263935268: the checkpoint moved back from 0-1001-5006 to 0-1001-4888).
+// So every transaction of a process that took a source's lock takes the
+// fence shared and then checks that no other session holds the source's
+// lock (fence); a process that has just taken the lock takes the fence
+// exclusively once before it reads anything (waitFence), which waits for
+// the transactions of the former holder under way. A commit that found
+// the lock free (its own session gone, not taken again yet) may land: the
+// next holder waits for it and then reads it. One that finds the lock
+// another session's fails with tidemark.ErrSourceLockLost.
+const sourceFenceClass int32 = 0x746d66
+
+// fenceWait bounds how long a process that took the lock waits for the
+// former holder's transactions (a hung one lasts until PostgreSQL notices
+// its connection is gone).
+const fenceWait = 30 * time.Second
+
 // TryLockSource implements tidemark.SourceLocker with a session-level
 // advisory lock on a connection taken out of the pool: it is held until
 // release, or until that connection ends (a killed process loses it at
@@ -40,8 +62,20 @@ func (s *Sink) TryLockSource(ctx context.Context, source string) (func(), bool, 
 		c.Release()
 		return nil, false, nil
 	}
-	l := &sourceLock{conn: c.Hijack(), key: key, started: started}
-	l.pid = l.conn.PgConn().PID()
+	if waited, err := s.waitFence(ctx, c.Conn(), key); err != nil || !waited {
+		// Closing the session frees the lock again.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		_ = c.Conn().Close(cctx)
+		cancel()
+		c.Release()
+		if err != nil {
+			return nil, false, fmt.Errorf("lock source %s: %w", source, redact(err, s.secret))
+		}
+		s.log.Warn("took the source lock, but a transaction of the process that held it before is still under way: trying again", "source", source, "waited", fenceWait)
+		return nil, false, nil
+	}
+	l := &sourceLock{conn: c.Hijack(), key: key}
+	l.setIdent(l.conn.PgConn().PID(), started)
 	s.lockMu.Lock()
 	if s.locks == nil {
 		s.locks = map[string]*sourceLock{}
@@ -69,38 +103,100 @@ type sourceLock struct {
 	conn *pgx.Conn
 	key  int32
 	// The session's backend process and its start: a pid alone may have
-	// been reused by another session since.
+	// been reused by another session since. idMu guards them apart from
+	// mu: a commit's fence reads them while a lock check may wait on the
+	// connection.
+	idMu    sync.Mutex
 	pid     uint32
 	started time.Time
 }
 
-// retakeLock tries to take l's lock on conn. A lock still held by l's own
-// earlier session (one this process can no longer reach, on a half-open
-// connection the server has not noticed yet) is freed first by ending that
-// session.
-func (s *Sink) retakeLock(ctx context.Context, conn *pgx.Conn, l *sourceLock) (bool, error) {
+func (l *sourceLock) setIdent(pid uint32, started time.Time) {
+	l.idMu.Lock()
+	defer l.idMu.Unlock()
+	l.pid, l.started = pid, started
+}
+
+func (l *sourceLock) ident() (uint32, time.Time) {
+	l.idMu.Lock()
+	defer l.idMu.Unlock()
+	return l.pid, l.started
+}
+
+// waitFence takes the source's fence exclusively and frees it again on
+// conn, the session that has just taken the source's lock: the former
+// holder's transactions under way end first (sourceFenceClass). waited is
+// false when they did not end within fenceWait.
+func (s *Sink) waitFence(ctx context.Context, conn *pgx.Conn, key int32) (waited bool, err error) {
+	wctx, cancel := context.WithTimeout(ctx, fenceWait)
+	defer cancel()
+	_, err = conn.Exec(wctx, "SELECT pg_advisory_lock($1, $2), pg_advisory_unlock($1, $2)", sourceFenceClass, key)
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("wait for the former holder's transactions: %w", err)
+	}
+	return true, nil
+}
+
+// fence is the check of every transaction of a batch or DDL of a source
+// whose lock this process took (sourceFenceClass): it takes the fence
+// shared for the transaction, then fails with tidemark.ErrSourceLockLost
+// when another session holds the source's lock. Nothing when this process
+// did not take the lock (an applier, tidemark catchup, a test).
+func (s *Sink) fence(ctx context.Context, tx pgx.Tx, source string) error {
+	s.lockMu.Lock()
+	l := s.locks[source]
+	s.lockMu.Unlock()
+	if l == nil {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock_shared($1, $2)", sourceFenceClass, l.key); err != nil {
+		return fmt.Errorf("take the fence of source %s: %w", source, err)
+	}
+	pid, started := l.ident()
+	var other bool
+	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks k LEFT JOIN pg_stat_activity a ON a.pid = k.pid
+	WHERE k.locktype = 'advisory' AND k.classid::bigint = $1 AND k.objid::bigint = $2 AND k.objsubid = 2 AND k.granted
+	AND NOT (k.pid = $3 AND a.backend_start = $4))`,
+		int64(uint32(sourceLockClass)), int64(uint32(l.key)), int64(pid), started).Scan(&other)
+	if err != nil {
+		return fmt.Errorf("check the lock of source %s: %w", source, err)
+	}
+	if other {
+		return fmt.Errorf("commit for source %s: %w: another session holds it now (this process's lock session ended); nothing of this transaction is committed", source, tidemark.ErrSourceLockLost)
+	}
+	return nil
+}
+
+// retakeLock tries to take l's lock on conn and returns the new session's
+// start. A lock still held by l's own earlier session (one this process
+// can no longer reach, on a half-open connection the server has not
+// noticed yet) is freed first by ending that session.
+func (s *Sink) retakeLock(ctx context.Context, conn *pgx.Conn, l *sourceLock) (bool, time.Time, error) {
 	var ok bool
 	var started time.Time
 	lock := "SELECT pg_try_advisory_lock($1, $2), (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())"
 	if err := conn.QueryRow(ctx, lock, sourceLockClass, l.key).Scan(&ok, &started); err != nil {
-		return false, err
+		return false, started, err
 	}
 	if !ok {
+		pid, was := l.ident()
 		var ended bool
 		err := conn.QueryRow(ctx, `SELECT coalesce(bool_or(pg_terminate_backend(a.pid, 5000)), false)
 	FROM pg_locks k JOIN pg_stat_activity a ON a.pid = k.pid
 	WHERE k.locktype = 'advisory' AND k.classid::bigint = $1 AND k.objid::bigint = $2 AND k.objsubid = 2 AND k.granted
 	AND k.pid = $3 AND a.backend_start = $4`,
-			int64(uint32(sourceLockClass)), int64(uint32(l.key)), int64(l.pid), l.started).Scan(&ended)
+			int64(uint32(sourceLockClass)), int64(uint32(l.key)), int64(pid), was).Scan(&ended)
 		if err != nil || !ended {
-			return false, err
+			return false, started, err
 		}
 		if err := conn.QueryRow(ctx, lock, sourceLockClass, l.key).Scan(&ok, &started); err != nil || !ok {
-			return false, err
+			return false, started, err
 		}
 	}
-	l.started = started
-	return true, nil
+	return true, started, nil
 }
 
 var _ tidemark.SourceLockChecker = (*Sink)(nil)
@@ -139,7 +235,7 @@ func (s *Sink) CheckSourceLock(ctx context.Context, source string) (bool, error)
 	if aerr != nil {
 		return false, fmt.Errorf("check lock of source %s: %s; take it again: %w", source, gone, redact(aerr, s.secret))
 	}
-	ok, qerr := s.retakeLock(ctx, c.Conn(), l)
+	ok, started, qerr := s.retakeLock(ctx, c.Conn(), l)
 	if qerr != nil {
 		c.Release()
 		return false, fmt.Errorf("check lock of source %s: %s; take it again: %w", source, gone, redact(qerr, s.secret))
@@ -148,9 +244,22 @@ func (s *Sink) CheckSourceLock(ctx context.Context, source string) (bool, error)
 		c.Release()
 		return false, fmt.Errorf("check lock of source %s: %w: %s, and another session holds it now", source, tidemark.ErrSourceLockLost, gone)
 	}
+	// Another process may have held it meanwhile: its transactions under
+	// way end before the caller proves from the checkpoint that nobody
+	// else wrote.
+	if waited, werr := s.waitFence(ctx, c.Conn(), l.key); werr != nil || !waited {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		_ = c.Conn().Close(cctx) // frees the lock taken again
+		cancel()
+		c.Release()
+		if werr == nil {
+			werr = fmt.Errorf("a transaction of another session is still under way after %s", fenceWait)
+		}
+		return false, fmt.Errorf("check lock of source %s: %s; took it again, but: %w", source, gone, redact(werr, s.secret))
+	}
 	old := l.conn
 	l.conn = c.Hijack()
-	l.pid = l.conn.PgConn().PID()
+	l.setIdent(l.conn.PgConn().PID(), started)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
 	_ = old.Close(cctx)
