@@ -21,6 +21,28 @@ type tableSet struct {
 	// applied although they are not streaming (pipeline_beside.go).
 	applying map[TableID]bool
 	skipped  uint64
+	// gen counts the changes of tables (put, forget); changedAt holds
+	// each table's last one, so that a state read from the registry
+	// before a change made in memory meanwhile does not undo it
+	// (putIfUnchanged).
+	gen       uint64
+	changedAt map[TableID]uint64
+}
+
+// touch records a change of id's state. Callers hold s.mu.
+func (s *tableSet) touch(id TableID) {
+	if s.changedAt == nil {
+		s.changedAt = map[TableID]uint64{}
+	}
+	s.gen++
+	s.changedAt[id] = s.gen
+}
+
+// generation returns the count of changes so far, for putIfUnchanged.
+func (s *tableSet) generation() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gen
 }
 
 // setApplying marks a table's changes as applied (or not) while it is
@@ -60,12 +82,32 @@ func (s *tableSet) get(id TableID) (TableState, bool) {
 func (s *tableSet) put(st TableState) (changed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.putLocked(st)
+}
+
+// putLocked is put for a caller that holds s.mu.
+func (s *tableSet) putLocked(st TableState) (changed bool) {
 	if s.tables == nil {
 		s.tables = map[TableID]TableState{}
 	}
 	old, had := s.tables[st.Table]
 	s.tables[st.Table] = st
+	s.touch(st.Table)
 	return !had || old.Mode != st.Mode || old.Floor != st.Floor || old.Reason != st.Reason
+}
+
+// putIfUnchanged records st, read from the registry after generation gen,
+// unless the table's state changed in memory since gen: that change is
+// newer than the read (a batch applying in the background quarantined the
+// table while pendingSnapshots read the states) and is kept. ok reports
+// that st was recorded.
+func (s *tableSet) putIfUnchanged(st TableState, gen uint64) (changed, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.changedAt[st.Table] > gen {
+		return false, false
+	}
+	return s.putLocked(st), true
 }
 
 // forget removes a table (after its DROP TABLE): a table of that name seen
@@ -75,6 +117,7 @@ func (s *tableSet) forget(id TableID) {
 	defer s.mu.Unlock()
 	delete(s.tables, id)
 	delete(s.applying, id)
+	s.touch(id)
 }
 
 // reset forgets every table.
@@ -188,6 +231,14 @@ func (p *Pipeline) remember(st TableState) {
 	}
 }
 
+// rememberRead is remember for a state read from the registry after
+// generation gen of the tables in memory (tableSet.putIfUnchanged).
+func (p *Pipeline) rememberRead(st TableState, gen uint64) {
+	if changed, _ := p.tables.putIfUnchanged(st, gen); changed && p.cfg.OnTableState != nil {
+		p.cfg.OnTableState(st)
+	}
+}
+
 // quarantine stops applying a table's changes. The reason goes to the log
 // (once, at error level), the recorded state and OnTableState.
 func (p *Pipeline) quarantine(ctx context.Context, id TableID, cause error) error {
@@ -259,6 +310,10 @@ func (p *Pipeline) pendingSnapshots(ctx context.Context, flush func() error) err
 	if p.reg == nil {
 		return nil
 	}
+	// A batch may apply in the background meanwhile and quarantine a
+	// table after the read: what changed in memory since gen is newer
+	// than the states read and stays.
+	gen := p.tables.generation()
 	states, err := p.reg.TableStates(ctx, p.cfg.Source)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -276,7 +331,7 @@ func (p *Pipeline) pendingSnapshots(ctx context.Context, flush func() error) err
 			continue
 		}
 		if cur, ok := p.state(st.Table); !ok || cur.Mode != st.Mode || cur.Floor != st.Floor {
-			p.remember(st)
+			p.rememberRead(st, gen)
 		}
 	}
 	if len(todo) == 0 {

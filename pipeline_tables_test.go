@@ -150,3 +150,66 @@ func TestResnapshotQuarantinesWhenTheTargetRefusesTheTable(t *testing.T) {
 		t.Fatalf("table state %+v, want quarantined naming the cause", st)
 	}
 }
+
+// staleRegistry returns the states as they were when TableStates was
+// called, after running during: the registry read of pendingSnapshots that
+// a batch applying in the background overtakes.
+type staleRegistry struct {
+	*memRegistry
+	during func()
+}
+
+func (r staleRegistry) TableStates(context.Context, string) ([]TableState, error) {
+	var out []TableState
+	for _, st := range r.states {
+		out = append(out, st)
+	}
+	if r.during != nil {
+		r.during()
+	}
+	return out, nil
+}
+
+// TestPendingSnapshotsKeepsAQuarantineMadeMeanwhile: pendingSnapshots (on
+// the state tick, while a batch applies in the background) reads the
+// recorded states; a quarantine the batch records after that read must
+// not be undone in memory by the older state read, for up to
+// StateInterval (2 s), during which the table's changes applied again.
+func TestPendingSnapshotsKeepsAQuarantineMadeMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	id := TableID{Database: "d", Name: "t"}
+	var p *Pipeline
+	reg := staleRegistry{memRegistry: &memRegistry{}}
+	var reported []TableMode
+	p = &Pipeline{cfg: PipelineConfig{Source: "s", OnTableState: func(st TableState) { reported = append(reported, st.Mode) }}, reg: reg}
+	p.cfg.setDefaults()
+	if err := p.setState(ctx, TableState{Table: id, Mode: TableStreaming}); err != nil {
+		t.Fatal(err)
+	}
+	reg.during = func() {
+		// The batch in flight: the sink refused the table.
+		if err := p.quarantine(ctx, id, errors.New("convert value of d.t.c: text contains a NUL byte")); err != nil {
+			t.Error(err)
+		}
+	}
+	p.reg = reg
+	if err := p.pendingSnapshots(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := p.state(id); st.Mode != TableQuarantined {
+		t.Errorf("state in memory after pendingSnapshots: %s; want quarantined (reported %v)", st.Mode, reported)
+	}
+	b := &Batch{Changes: []Change{{Table: &Table{ID: id}, Op: OpInsert, Version: Version{Seq: 9}}}}
+	p.tables.filter(b)
+	if len(b.Changes) != 0 {
+		t.Errorf("a change of the quarantined table passes the filter")
+	}
+	// A later read, which sees the quarantine, changes nothing.
+	reg.during = nil
+	if err := p.pendingSnapshots(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := p.state(id); st.Mode != TableQuarantined {
+		t.Errorf("state in memory after the next read: %s; want quarantined", st.Mode)
+	}
+}
