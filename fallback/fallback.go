@@ -171,6 +171,11 @@ type CatchUp struct {
 	keys   tidemark.KeyTarget // nil: no key diff possible
 	// readers are the extra readers of a parallel full read (SetReaders).
 	readers []tidemark.SnapshotSource
+	// pool, in a worker of a run that catches several tables up at once
+	// (runTables), takes the key ranges of the worker's table to the
+	// workers that are free; src is then the worker's own reader and
+	// readers is empty.
+	pool *workPool
 }
 
 // SetReaders gives the catch-up more readers of the source, each on a
@@ -360,47 +365,20 @@ func (c *CatchUp) run(ctx context.Context, plan runPlan) (Report, error) {
 	if len(plan.only) > 0 {
 		bound, enclosed = nil, c.cfg.Boundaries != nil
 	}
-	for _, id := range tables {
-		if plan.skip[id] {
-			continue
+	if c.tablesAtOnce(plan, tables) {
+		if err := c.runTables(ctx, snap, tables, initial, bound, enclosed, plan, &rep); err != nil {
+			return rep, err
 		}
-		tr, err := c.table(ctx, snap, id, initial, bound, enclosed)
-		if errors.Is(err, tidemark.ErrTableGone) && ctx.Err() == nil {
-			// Listed after the capture, so the RENAME or DROP that took
-			// it away is in the binlog after the position the stream
-			// resumes at: the stream follows it (a table renamed into
-			// the stream is snapshotted under its new name then).
-			c.cfg.Logger.Info("table left out of the catch-up: it no longer exists on the source (renamed or dropped after the capture; the binlog carries the statement and the stream follows it)",
-				"table", id.String(), "rows_read", tr.Rows, "err", err)
-			tr.Mode = "gone"
-			rep.Tables = append(rep.Tables, tr)
-			continue
-		}
-		if te := tableErrorOf(err); te != nil && plan.quarantine != nil && ctx.Err() == nil {
-			if err := plan.quarantine(ctx, te); err != nil {
+	} else {
+		for _, id := range tables {
+			if plan.skip[id] {
+				continue
+			}
+			tr, err := c.table(ctx, snap, id, initial, bound, enclosed)
+			if err := c.tableDone(ctx, id, tr, err, plan, &rep); err != nil {
 				return rep, err
 			}
-			continue
 		}
-		rep.Tables = append(rep.Tables, tr)
-		if err != nil {
-			return rep, fmt.Errorf("catch up %s: %w", id, err)
-		}
-		args := []any{"table", id.String(), "mode", tr.Mode, "rows", tr.Rows, "chunks", tr.Chunks,
-			"inserted", tr.Applied.Inserted, "updated", tr.Applied.Updated, "skipped", tr.Applied.Skipped}
-		if tr.BeyondUpper > 0 {
-			args = append(args, "beyond_upper_bound", tr.BeyondUpper)
-		}
-		if tr.Undated > 0 {
-			args = append(args, "undated_rows", tr.Undated)
-		}
-		if tr.DeletesChecked {
-			args = append(args, "deletes", tr.Deletes)
-		}
-		if tr.Reason != "" {
-			args = append(args, "reason", tr.Reason)
-		}
-		c.cfg.Logger.Info("table caught up", args...)
 	}
 	if plan.checkpoint != nil {
 		b := &tidemark.Batch{Source: c.cfg.Source, Checkpoint: snap.Position}
@@ -411,6 +389,47 @@ func (c *CatchUp) run(ctx context.Context, plan runPlan) (Report, error) {
 	rep.Took = time.Since(start)
 	c.cfg.Logger.Info("catch-up finished", "source", c.cfg.Source, "resume_at", snap.Position.String(), "took", rep.Took.Round(time.Millisecond))
 	return rep, nil
+}
+
+// tableDone records what the catch-up of one table ended with (tr, err)
+// in rep: a table gone from the source is left out, a table the run cannot
+// follow is quarantined (plan.quarantine), and any other error stops the
+// run (returned).
+func (c *CatchUp) tableDone(ctx context.Context, id tidemark.TableID, tr TableReport, err error, plan runPlan, rep *Report) error {
+	if errors.Is(err, tidemark.ErrTableGone) && ctx.Err() == nil {
+		// Listed after the capture, so the RENAME or DROP that took
+		// it away is in the binlog after the position the stream
+		// resumes at: the stream follows it (a table renamed into
+		// the stream is snapshotted under its new name then).
+		c.cfg.Logger.Info("table left out of the catch-up: it no longer exists on the source (renamed or dropped after the capture; the binlog carries the statement and the stream follows it)",
+			"table", id.String(), "rows_read", tr.Rows, "err", err)
+		tr.Mode = "gone"
+		rep.Tables = append(rep.Tables, tr)
+		return nil
+	}
+	if te := tableErrorOf(err); te != nil && plan.quarantine != nil && ctx.Err() == nil {
+		return plan.quarantine(ctx, te)
+	}
+	rep.Tables = append(rep.Tables, tr)
+	if err != nil {
+		return fmt.Errorf("catch up %s: %w", id, err)
+	}
+	args := []any{"table", id.String(), "mode", tr.Mode, "rows", tr.Rows, "chunks", tr.Chunks,
+		"inserted", tr.Applied.Inserted, "updated", tr.Applied.Updated, "skipped", tr.Applied.Skipped}
+	if tr.BeyondUpper > 0 {
+		args = append(args, "beyond_upper_bound", tr.BeyondUpper)
+	}
+	if tr.Undated > 0 {
+		args = append(args, "undated_rows", tr.Undated)
+	}
+	if tr.DeletesChecked {
+		args = append(args, "deletes", tr.Deletes)
+	}
+	if tr.Reason != "" {
+		args = append(args, "reason", tr.Reason)
+	}
+	c.cfg.Logger.Info("table caught up", args...)
+	return nil
 }
 
 // tableErrorOf returns the table a catch-up cannot follow, nil when err is
@@ -690,8 +709,8 @@ func (c *CatchUp) fullRead(ctx context.Context, snap tidemark.Snapshot, req tide
 // commits with the last chunk. A full read with extra readers (SetReaders)
 // reads the table's key ranges at once (readParallel).
 func (c *CatchUp) read(ctx context.Context, req tidemark.ReadRequest, wm *tidemark.Watermark, tr *TableReport) error {
-	if req.Column == "" && len(c.readers) > 0 {
-		ranges, err := splitTable(ctx, c.src, req.Table, 1+len(c.readers))
+	if req.Column == "" && (len(c.readers) > 0 || c.pool != nil) {
+		ranges, err := splitTable(ctx, c.src, req.Table, c.readerCount())
 		if err != nil {
 			return fmt.Errorf("split %s for a parallel read: %w", req.Table, err)
 		}
@@ -710,20 +729,27 @@ func (c *CatchUp) readParallel(ctx context.Context, req tidemark.ReadRequest, ra
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var mu sync.Mutex
-	var wg sync.WaitGroup
 	errs := make([]error, len(ranges))
-	for i, r := range ranges {
+	readOne := func(i int, src tidemark.SnapshotSource) {
 		rq := req
-		rq.KeyFrom, rq.KeyTo = r.From, r.To
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if errs[i] = c.readRange(ctx, srcs[i%len(srcs)], rq, nil, tr, &mu); errs[i] != nil {
-				cancel()
-			}
-		}()
+		rq.KeyFrom, rq.KeyTo = ranges[i].From, ranges[i].To
+		if errs[i] = c.readRange(ctx, src, rq, nil, tr, &mu); errs[i] != nil {
+			cancel()
+		}
 	}
-	wg.Wait()
+	if c.pool != nil {
+		c.pool.share(ctx, c.src, len(ranges), readOne)
+	} else {
+		var wg sync.WaitGroup
+		for i := range ranges {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				readOne(i, srcs[i%len(srcs)])
+			}()
+		}
+		wg.Wait()
+	}
 	for _, err := range errs {
 		if err != nil && !errors.Is(err, context.Canceled) {
 			return err
@@ -740,7 +766,7 @@ func (c *CatchUp) readParallel(ctx context.Context, req tidemark.ReadRequest, ra
 	if c.cfg.Progress != nil {
 		c.cfg.Progress(Progress{Table: tr.Table, Rows: tr.Rows, Chunks: tr.Chunks, Done: true, BeyondUpper: tr.BeyondUpper})
 	}
-	c.cfg.Logger.Info("table read in parallel key ranges", "table", req.Table.String(), "ranges", len(ranges), "readers", len(srcs))
+	c.cfg.Logger.Info("table read in parallel key ranges", "table", req.Table.String(), "ranges", len(ranges), "readers", c.readerCount())
 	return nil
 }
 

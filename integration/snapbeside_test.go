@@ -63,6 +63,27 @@ func snapTables(t *testing.T, f *fixture, prefix string, par int) (db, cfg strin
 // chunks already copied and chunks still to come) and inserts at its end.
 func snapLoad(t *testing.T, f *fixture, db string) (stop func()) {
 	t.Helper()
+	return writeLoad(t, f, rand.New(rand.NewPCG(25, 1)), 2*time.Millisecond, func(i int, rnd *rand.Rand) string {
+		id := 1 + rnd.IntN(snapBigRows)
+		switch i % 4 {
+		case 0:
+			return fmt.Sprintf("DELETE FROM %s.big WHERE id = %d", db, id)
+		case 1:
+			return fmt.Sprintf("UPDATE %s.big SET v = v + 1, pad = 'upd' WHERE id = %d", db, id)
+		case 2:
+			// The key moves, from anywhere to past every other key.
+			return fmt.Sprintf("UPDATE IGNORE %s.big SET id = id + %d WHERE id = %d", db, 10*snapBigRows, id)
+		default:
+			return fmt.Sprintf("INSERT INTO %s.big (v, pad) VALUES (%d, 'new')", db, i)
+		}
+	})
+}
+
+// writeLoad runs the statements next returns (the i-th, drawn from rnd),
+// one every pause, on a source connection of its own until stop is
+// called; stop fails the test if a statement failed.
+func writeLoad(t *testing.T, f *fixture, rnd *rand.Rand, pause time.Duration, next func(i int, rnd *rand.Rand) string) (stop func()) {
+	t.Helper()
 	load, err := f.env.MySQL()
 	if err != nil {
 		t.Fatal(err)
@@ -74,31 +95,17 @@ func snapLoad(t *testing.T, f *fixture, db string) (stop func()) {
 	go func() {
 		defer wg.Done()
 		defer load.Close()
-		rnd := rand.New(rand.NewPCG(25, 1))
 		for i := 0; ; i++ {
 			select {
 			case <-done:
 				return
 			default:
 			}
-			id := 1 + rnd.IntN(snapBigRows)
-			var q string
-			switch i % 4 {
-			case 0:
-				q = fmt.Sprintf("DELETE FROM %s.big WHERE id = %d", db, id)
-			case 1:
-				q = fmt.Sprintf("UPDATE %s.big SET v = v + 1, pad = 'upd' WHERE id = %d", db, id)
-			case 2:
-				// The key moves, from anywhere to past every other key.
-				q = fmt.Sprintf("UPDATE IGNORE %s.big SET id = id + %d WHERE id = %d", db, 10*snapBigRows, id)
-			default:
-				q = fmt.Sprintf("INSERT INTO %s.big (v, pad) VALUES (%d, 'new')", db, i)
-			}
-			if _, err := load.Execute(q); err != nil {
+			if _, err := load.Execute(next(i, rnd)); err != nil {
 				loadErr = err
 				return
 			}
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(pause)
 		}
 	}()
 	return func() {
