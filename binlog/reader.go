@@ -362,6 +362,17 @@ func (r *Reader) Table(ctx context.Context, id tidemark.TableID) (*tidemark.Tabl
 	return rt.table, nil
 }
 
+// ForgetTables drops every cached schema: the next read of each table
+// reads its schema again. A reader that does not Capture (an extra
+// reader of a parallel snapshot) is told so after its catch-up's capture,
+// so that a schema cached by an earlier run, from before an ALTER TABLE,
+// does not decode rows read after it.
+func (r *Reader) ForgetTables() {
+	r.mu.Lock()
+	clear(r.tables)
+	r.mu.Unlock()
+}
+
 // Forget drops the cached schema of a table (after DDL).
 func (r *Reader) Forget(id tidemark.TableID) {
 	r.mu.Lock()

@@ -339,6 +339,7 @@ func (c *CatchUp) run(ctx context.Context, plan runPlan) (Report, error) {
 		return rep, fmt.Errorf("catch up %s: %w", c.cfg.Source, err)
 	}
 	rep.Snapshot = snap
+	forgetTables(c.readers)
 	tables := plan.only
 	if len(tables) == 0 {
 		if tables, err = c.src.Tables(ctx); err != nil {

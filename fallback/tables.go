@@ -249,6 +249,17 @@ func splitTable(ctx context.Context, src tidemark.SnapshotSource, id tidemark.Ta
 	return tidemark.SplitRanges(splits), nil
 }
 
+// forgetTables tells readers that do not capture (the extra readers of a
+// parallel read) to forget the schemas they cached: a capture was just
+// taken, and the reads after it decode the tables as they are now.
+func forgetTables(readers []tidemark.SnapshotSource) {
+	for _, r := range readers {
+		if f, ok := r.(interface{ ForgetTables() }); ok {
+			f.ForgetTables()
+		}
+	}
+}
+
 // Capture implements tidemark.ChunkSnapshotter.
 func (s *chunks) Capture(ctx context.Context) (tidemark.Snapshot, error) {
 	s.mu[0].Lock()
@@ -261,11 +272,9 @@ func (s *chunks) Capture(ctx context.Context) (tidemark.Snapshot, error) {
 	// the cached schemas: one from before an ALTER TABLE must not decode
 	// a chunk read after it).
 	for i := 1; i < len(s.srcs); i++ {
-		if f, ok := s.srcs[i].(interface{ ForgetTables() }); ok {
-			s.mu[i].Lock()
-			f.ForgetTables()
-			s.mu[i].Unlock()
-		}
+		s.mu[i].Lock()
+		forgetTables(s.srcs[i : i+1])
+		s.mu[i].Unlock()
 	}
 	return snap, nil
 }

@@ -450,3 +450,37 @@ RETURNING updated_at`, db).Scan(&requested); err != nil {
 		t.Fatalf("no resync logged, or an error:\n%s", grepLines(logs, "resync")+grepLines(logs, "level=ERROR"))
 	}
 }
+
+// TestParallelResyncAfterAlter: a parallel resync of big beside the stream
+// (snapPar ranges, each on a reader of its own) after a first one and an
+// ALTER TABLE ADD COLUMN in between reads every range with big's new
+// schema: the extra readers forget the schema they cached at the first
+// resync. Before, only the first reader did (a capture clears its own
+// cache), and the ranges of the others lost the new column's values.
+func TestParallelResyncAfterAlter(t *testing.T) {
+	f := newFixture(t)
+	db, cfg := snapTables(t, f, "it_snapalter_", snapPar)
+	d := f.startDaemon(t, cfg)
+	defer cleanupDaemon(&d)
+	f.waitCaughtUp(t, db, d)
+	f.exec(t, "INSERT INTO "+db+".big (v, pad) VALUES (0, 'admit')")
+	f.waitState(t, d, db, db, "big", "streaming")
+	f.requestResync(t, cfg, db+".big")
+	f.waitState(t, d, db, db, "big", "snapshotting")
+	f.waitState(t, d, db, db, "big", "streaming")
+	f.exec(t, "ALTER TABLE "+db+".big ADD COLUMN extra INT NOT NULL DEFAULT 7")
+	f.waitCaughtUp(t, db, d)
+	f.requestResync(t, cfg, db+".big")
+	f.waitState(t, d, db, db, "big", "snapshotting")
+	f.waitState(t, d, db, db, "big", "streaming")
+	f.waitCaughtUp(t, db, d)
+	f.stopOK(t, d)
+	var missing int
+	if err := f.pg.QueryRow(f.ctx, `SELECT count(*) FROM "`+db+`".big WHERE extra IS DISTINCT FROM 7`).Scan(&missing); err != nil {
+		t.Fatal(err)
+	}
+	if missing > 0 {
+		t.Errorf("%d rows of big lack the value of the column added before the resync", missing)
+	}
+	f.compare(t, harness.TableSpec{Database: db, Table: "big", SourceZone: "UTC"})
+}
