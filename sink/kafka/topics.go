@@ -194,9 +194,11 @@ func (e *partitionChangeError) Error() string {
 // apply group has applied every committed record of the old partitions
 // (all of them when the old count is unknown): each key's earlier changes
 // are then applied, and the next ones may go to another partition. It
-// waits for that at most cfg.PartitionChangeWait. A topic that the stored
-// counts do not name was never published to by this source. Callers hold
-// s.mu.
+// waits for that at most cfg.PartitionChangeWait, without s.mu: the
+// sink's other callers (the pipeline's lock check reads the checkpoint)
+// go on meanwhile. A topic that the stored counts do not name was never
+// published to by this source. Callers hold s.mu; it is released while the
+// group is asked and between the attempts, and held again on return.
 func (s *Sink) checkStoredCount(ctx context.Context, source, topic string, n int32) error {
 	if s.cfg.AppliedOffsets == nil {
 		return nil
@@ -216,6 +218,8 @@ func (s *Sink) checkStoredCount(ctx context.Context, source, topic string, n int
 		old = min(was, n)
 	}
 	deadline := time.Now().Add(s.cfg.PartitionChangeWait)
+	s.mu.Unlock()
+	defer s.mu.Lock()
 	for logged := false; ; logged = true {
 		behind, err := s.unapplied(ctx, topic, old)
 		if err != nil {
