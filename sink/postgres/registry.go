@@ -25,7 +25,9 @@ func (s *Sink) TableStates(ctx context.Context, source string) ([]tidemark.Table
 // SetTableState implements tidemark.TableRegistry.
 func (s *Sink) SetTableState(ctx context.Context, source string, st tidemark.TableState) error {
 	err := s.retry(ctx, "record state of "+st.Table.String(), func(ctx context.Context) error {
-		return redact(s.cfg.Checkpoints.SaveTableState(ctx, querier{s.pool}, source, st), s.secret)
+		return redact(s.fencedExec(ctx, source, func(q querier) error {
+			return s.cfg.Checkpoints.SaveTableState(ctx, q, source, st)
+		}), s.secret)
 	})
 	return redact(err, s.secret)
 }
@@ -36,9 +38,11 @@ func (s *Sink) SetTableState(ctx context.Context, source string, st tidemark.Tab
 func (s *Sink) SwapTableState(ctx context.Context, source string, old tidemark.TableMode, st tidemark.TableState) (bool, error) {
 	var ok bool
 	err := s.retry(ctx, "record state of "+st.Table.String(), func(ctx context.Context) error {
-		var err error
-		ok, err = s.cfg.Checkpoints.SwapTableState(ctx, querier{s.pool}, source, old, st)
-		return redact(err, s.secret)
+		return redact(s.fencedExec(ctx, source, func(q querier) error {
+			var err error
+			ok, err = s.cfg.Checkpoints.SwapTableState(ctx, q, source, old, st)
+			return err
+		}), s.secret)
 	})
 	return ok, redact(err, s.secret)
 }
@@ -65,6 +69,9 @@ func (s *Sink) ResetTable(ctx context.Context, source string, id tidemark.TableI
 	}
 	err = tidemark.Retry(ctx, "reset "+qname, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
 		return s.ddlTx(ctx, func(tx pgx.Tx) error {
+			if err := s.fence(ctx, tx, source); err != nil {
+				return err
+			}
 			if _, err := tx.Exec(ctx, "DROP TABLE IF EXISTS "+qname); err != nil {
 				return fmt.Errorf("drop %s: %w", qname, err)
 			}

@@ -140,8 +140,28 @@ func (s *Sink) waitFence(ctx context.Context, conn *pgx.Conn, key int32) (waited
 	return true, nil
 }
 
-// fence is the check of every transaction of a batch or DDL of a source
-// whose lock this process took (sourceFenceClass): it takes the fence
+// fencedExec runs fn on the pool, or, when this process took source's
+// lock, in a transaction that passes the fence first: a table state or a
+// target reset of a process whose lock another session holds now is not
+// written (nemesis soak seed 1096574813796: the tailer that had lost the
+// lock quarantined t0 for the standby that had taken over).
+func (s *Sink) fencedExec(ctx context.Context, source string, fn func(q querier) error) error {
+	s.lockMu.Lock()
+	held := s.locks[source] != nil
+	s.lockMu.Unlock()
+	if !held {
+		return fn(querier{s.pool})
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := s.fence(ctx, tx, source); err != nil {
+			return err
+		}
+		return fn(querier{tx})
+	})
+}
+
+// fence is the check of every transaction of a batch, DDL, table state
+// or target reset of a source whose lock this process took (sourceFenceClass): it takes the fence
 // shared for the transaction, then fails with tidemark.ErrSourceLockLost
 // when another session holds the source's lock. Nothing when this process
 // did not take the lock (an applier, tidemark catchup, a test).

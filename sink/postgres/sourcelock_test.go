@@ -107,6 +107,26 @@ func TestCommitAfterAnotherTookTheLock(t *testing.T) {
 	if pos, _ := e.checkpoint("s"); pos != gtid(2) {
 		t.Errorf("checkpoint %v after a DDL commit of the process that lost the lock", pos)
 	}
+	// Nor table states (nemesis soak seed 1096574813796: the tailer that
+	// had lost the lock quarantined t0 for the standby, whose DROP and
+	// CREATE of t0 its batch of the older layout no longer fit), nor a
+	// reset of a target table.
+	err = e.sink.SetTableState(ctx, "s", tidemark.TableState{Table: tbl.ID, Mode: tidemark.TableQuarantined, Reason: "older layout"})
+	if !errors.Is(err, tidemark.ErrSourceLockLost) {
+		t.Errorf("table state recorded after another process took the lock: %v; want ErrSourceLockLost", err)
+	}
+	if states, err := other.TableStates(ctx, "s"); err != nil || len(states) != 0 {
+		t.Errorf("states %+v, %v; want none", states, err)
+	}
+	if _, err := e.sink.SwapTableState(ctx, "s", tidemark.TableStreaming, tidemark.TableState{Table: tbl.ID, Mode: tidemark.TableQuarantined}); !errors.Is(err, tidemark.ErrSourceLockLost) {
+		t.Errorf("table state swapped after another process took the lock: %v; want ErrSourceLockLost", err)
+	}
+	if err := e.sink.ResetTable(ctx, "s", tbl.ID); !errors.Is(err, tidemark.ErrSourceLockLost) {
+		t.Errorf("target table reset after another process took the lock: %v; want ErrSourceLockLost", err)
+	}
+	if has, err := other.HasTable(ctx, tbl.ID); err != nil || !has {
+		t.Errorf("the target table after a reset by the process that lost the lock: exists %t, %v", has, err)
+	}
 }
 
 // TestLockWaitsForTheFormerHoldersCommit: a batch of the process whose
