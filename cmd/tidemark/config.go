@@ -92,7 +92,9 @@ type SnapshotConfig struct {
 	// Parallelism is how many key ranges of one table are read at once,
 	// each on a source connection of its own, and written at once, each
 	// in a PostgreSQL session of its own: the first-run snapshot and the
-	// snapshots beside the stream (resync, backfill, new table). Default
+	// snapshots beside the stream (resync, backfill, new table). A
+	// catch-up of every table (the first run) also reads up to this many
+	// tables at once, within the same readers and sessions. Default
 	// DefaultSnapshotParallelism; 1 is the single reader and COPY stream.
 	Parallelism int `yaml:"parallelism"`
 }
