@@ -118,7 +118,7 @@ func (c *CatchUp) runTables(ctx context.Context, snap tidemark.Snapshot, tables 
 		go func() {
 			defer wg.Done()
 			p.work(ctx, src, nextTable, func(id tidemark.TableID) {
-				tr, err := w.table(ctx, snap, id, initial, bound, enclosed)
+				tr, err := w.table(ctx, snap, id, initial, bound, enclosed, rep.firstRun)
 				planMu.Lock()
 				defer planMu.Unlock()
 				if err = c.tableDone(ctx, id, tr, err, plan, rep); err != nil {

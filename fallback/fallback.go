@@ -34,7 +34,9 @@
 // A crash during a run leaves the checkpoint at the old position: the next
 // start runs the catch-up again. Tables finished before the crash start from
 // their new watermark; the table in progress re-reads its window (idempotent
-// upserts).
+// upserts). A first run (no checkpoint) with table states resumes instead:
+// with the interrupted run's capture, after each range's recorded cursor
+// (firstrun.go).
 package fallback
 
 import (
@@ -42,6 +44,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -147,6 +150,11 @@ type TableReport struct {
 	// ReadTime and ApplyTime split the table's time between the source
 	// reads and the target applies.
 	ReadTime, ApplyTime time.Duration
+	// Resumed says how a first run resumed the table after an interrupted
+	// one (firstrun.go): "ranges" (each range after its recorded cursor;
+	// Rows counts the rows read since), "done" (read before, not again),
+	// "" (not resumed).
+	Resumed string
 }
 
 // Report is the result of a catch-up run.
@@ -154,6 +162,9 @@ type Report struct {
 	Snapshot tidemark.Snapshot
 	Tables   []TableReport
 	Took     time.Duration
+	// firstRun is the first run's recorder (nil when the run recorded
+	// nothing): its tables are recorded streaming before the checkpoint.
+	firstRun *firstRun
 }
 
 // Target is what a catch-up writes to: a sink that also reads its
@@ -324,6 +335,11 @@ type runPlan struct {
 	quarantine func(ctx context.Context, te *tidemark.TableError) error
 	// checkpoint stores the captured position at the end (not with only).
 	checkpoint tidemark.Sink
+	// record, when set, records a first run's progress there (states: the
+	// recorded states when the run began), and a first run resumes an
+	// interrupted one's (firstrun.go).
+	record tidemark.TableRegistry
+	states []tidemark.TableState
 }
 
 // run is one catch-up: one capture, then each table in turn, then the
@@ -334,22 +350,11 @@ type runPlan struct {
 func (c *CatchUp) run(ctx context.Context, plan runPlan) (Report, error) {
 	start := time.Now()
 	var rep Report
-	snap, err := c.src.Capture(ctx)
-	if err != nil {
-		return rep, fmt.Errorf("catch up %s: %w", c.cfg.Source, err)
-	}
-	rep.Snapshot = snap
-	forgetTables(c.readers)
-	tables := plan.only
-	if len(tables) == 0 {
-		if tables, err = c.src.Tables(ctx); err != nil {
-			return rep, fmt.Errorf("catch up %s: %w", c.cfg.Source, err)
-		}
-	}
 	// No checkpoint: a first-run snapshot. Rows the target already holds
 	// of this source come from a first snapshot that did not finish (a
 	// process killed during it): nothing after its capture was streamed,
-	// so they are not trusted (first).
+	// so they are not trusted (first), unless the first run resumes the
+	// interrupted one's recorded progress with its capture (firstrun.go).
 	initial := false
 	if len(plan.only) == 0 {
 		_, has, err := c.target.Checkpoint(ctx, c.cfg.Source)
@@ -357,6 +362,30 @@ func (c *CatchUp) run(ctx context.Context, plan runPlan) (Report, error) {
 			return rep, fmt.Errorf("catch up %s: read checkpoint: %w", c.cfg.Source, err)
 		}
 		initial = !has
+	}
+	var snap tidemark.Snapshot
+	var err error
+	if initial && plan.record != nil && c.cfg.Boundaries == nil {
+		if rep.firstRun, err = c.openFirstRun(ctx, plan.record, plan.states); err == nil {
+			snap = rep.firstRun.snap
+		}
+	} else {
+		snap, err = c.src.Capture(ctx)
+	}
+	if err != nil {
+		return rep, fmt.Errorf("catch up %s: %w", c.cfg.Source, err)
+	}
+	rep.Snapshot = snap
+	forgetTables(c.readers)
+	if rep.firstRun != nil && rep.firstRun.resumed {
+		// No capture cleared the schemas c.src cached either.
+		forgetTables([]tidemark.SnapshotSource{c.src})
+	}
+	tables := plan.only
+	if len(tables) == 0 {
+		if tables, err = c.src.Tables(ctx); err != nil {
+			return rep, fmt.Errorf("catch up %s: %w", c.cfg.Source, err)
+		}
 	}
 	c.cfg.Logger.Info("catch-up started", "source", c.cfg.Source, "position", snap.Position.String(), "tables", len(tables), "first_run", initial)
 	// A catch-up of some tables (a resync: tidemark.Resnapshot) is
@@ -375,7 +404,7 @@ func (c *CatchUp) run(ctx context.Context, plan runPlan) (Report, error) {
 			if plan.skip[id] {
 				continue
 			}
-			tr, err := c.table(ctx, snap, id, initial, bound, enclosed)
+			tr, err := c.table(ctx, snap, id, initial, bound, enclosed, rep.firstRun)
 			if err := c.tableDone(ctx, id, tr, err, plan, &rep); err != nil {
 				return rep, err
 			}
@@ -428,6 +457,9 @@ func (c *CatchUp) tableDone(ctx context.Context, id tidemark.TableID, tr TableRe
 	}
 	if tr.Reason != "" {
 		args = append(args, "reason", tr.Reason)
+	}
+	if tr.Resumed != "" {
+		args = append(args, "resumed", tr.Resumed)
 	}
 	c.cfg.Logger.Info("table caught up", args...)
 	return nil
@@ -485,11 +517,24 @@ func (c *CatchUp) tableConfig(id tidemark.TableID) TableConfig {
 // read into a target that may hold rows is enclosed in bound's snapshot
 // boundaries instead (when set): the consumers remove the rows it did not
 // carry.
-func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark.TableID, initial bool, bound tidemark.SnapshotBoundary, enclosed bool) (TableReport, error) {
+//
+// fr, when set, records the progress of a first run's full read, and
+// resumes a table an interrupted first run recorded (resumeTable).
+func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark.TableID, initial bool, bound tidemark.SnapshotBoundary, enclosed bool, fr *firstRun) (TableReport, error) {
 	tr := TableReport{Table: id}
 	tc := c.tableConfig(id)
 	var wm *tidemark.Watermark
 	req := tidemark.ReadRequest{Table: id, Limit: c.cfg.ChunkRows, Snapshot: snap}
+	var tbl *tidemark.Table
+	if fr != nil {
+		var err error
+		if tbl, err = c.src.Table(ctx, id); err != nil {
+			return tr, err
+		}
+		if rec := fr.resumable(tbl); rec != nil {
+			return tr, c.resumeTable(ctx, snap, tbl, tc, rec, fr, &tr)
+		}
+	}
 	held, err := c.targetHeldRows(ctx, id, tc)
 	if err != nil {
 		return tr, err
@@ -507,10 +552,11 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 		if err := c.deletesFindable(id, held, fullDiff, bound != nil || enclosed); err != nil {
 			return tr, err
 		}
-		if err := c.fullRead(ctx, snap, req, nil, &tr, initial, bound); err != nil {
+		prog := fr.track(tbl, fullDiff.DeleteDetection == DeletesKeyDiff, nil, nil)
+		if err := c.fullRead(ctx, snap, req, nil, &tr, initial, bound, prog); err != nil {
 			return tr, err
 		}
-		return tr, c.keyDiff(ctx, snap, id, fullDiff, &tr)
+		return tr, c.endFullRead(ctx, snap, id, fullDiff, &tr, prog)
 	}
 	if err := c.checkColumn(ctx, id, tc.Column); err != nil {
 		return tr, err
@@ -566,7 +612,8 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 		if err := c.deletesFindable(id, held, fullDiff, bound != nil || enclosed); err != nil {
 			return tr, err
 		}
-		if err := c.fullRead(ctx, snap, req, wm, &tr, initial, bound); err != nil {
+		prog := fr.track(tbl, fullDiff.DeleteDetection == DeletesKeyDiff, wm, nil)
+		if err := c.fullRead(ctx, snap, req, wm, &tr, initial, bound, prog); err != nil {
 			return tr, err
 		}
 		if tr.Rows == 0 {
@@ -575,19 +622,19 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 			c.cfg.Logger.Warn("the watermark column is NULL (or a zero date) in every row: the table was read in full, and the next catch-up reads it in full again",
 				"table", id.String(), "column", tc.Column, "rows", tr.Rows)
 		}
-		return tr, c.keyDiff(ctx, snap, id, fullDiff, &tr)
+		return tr, c.endFullRead(ctx, snap, id, fullDiff, &tr, prog)
 	}
 	tr.Mode = "window"
 	undated := req
 	undated.Column, undated.Undated = tc.Column, true
-	if err := c.read(ctx, undated, nil, &tr); err != nil {
+	if err := c.read(ctx, undated, nil, &tr, nil); err != nil {
 		return tr, err
 	}
 	tr.Undated = tr.Rows
 	if dated {
 		tr.Lower = w.Add(-tc.Lookback)
 		req.Column, req.Lower, req.Upper = tc.Column, tr.Lower, upper
-		if err := c.read(ctx, req, wm, &tr); err != nil {
+		if err := c.read(ctx, req, wm, &tr, nil); err != nil {
 			return tr, err
 		}
 	}
@@ -686,9 +733,9 @@ func (c *CatchUp) checkColumn(ctx context.Context, id tidemark.TableID, column s
 // bound's snapshot boundaries when bound is set: the end boundary carries
 // the version the rows are stamped with, and the consumers remove the
 // table's rows older than it (the ones the read did not carry).
-func (c *CatchUp) fullRead(ctx context.Context, snap tidemark.Snapshot, req tidemark.ReadRequest, wm *tidemark.Watermark, tr *TableReport, initial bool, bound tidemark.SnapshotBoundary) error {
+func (c *CatchUp) fullRead(ctx context.Context, snap tidemark.Snapshot, req tidemark.ReadRequest, wm *tidemark.Watermark, tr *TableReport, initial bool, bound tidemark.SnapshotBoundary, prog *tableProgress) error {
 	if bound == nil {
-		return c.read(ctx, req, wm, tr)
+		return c.read(ctx, req, wm, tr, prog)
 	}
 	reason := "full re-read after the binlog was unavailable (rows deleted meanwhile are removed at the end)"
 	if initial {
@@ -697,7 +744,7 @@ func (c *CatchUp) fullRead(ctx context.Context, snap tidemark.Snapshot, req tide
 	if err := bound.BeginSnapshot(ctx, c.cfg.Source, req.Table, reason); err != nil {
 		return fmt.Errorf("begin snapshot of %s: %w", req.Table, err)
 	}
-	if err := c.read(ctx, req, wm, tr); err != nil {
+	if err := c.read(ctx, req, wm, tr, nil); err != nil {
 		return err
 	}
 	if err := bound.EndSnapshot(ctx, c.cfg.Source, req.Table, snap.Version); err != nil {
@@ -708,45 +755,81 @@ func (c *CatchUp) fullRead(ctx context.Context, snap tidemark.Snapshot, req tide
 
 // read reads req to the end, chunk by chunk, applying each; wm, if set,
 // commits with the last chunk. A full read with extra readers (SetReaders)
-// reads the table's key ranges at once (readParallel).
-func (c *CatchUp) read(ctx context.Context, req tidemark.ReadRequest, wm *tidemark.Watermark, tr *TableReport) error {
+// reads the table's key ranges at once (readParallel). prog, when set,
+// records the read's progress (a first run), and resumes the ranges it
+// holds.
+func (c *CatchUp) read(ctx context.Context, req tidemark.ReadRequest, wm *tidemark.Watermark, tr *TableReport, prog *tableProgress) error {
+	if prog != nil && prog.resumed {
+		return c.readParallel(ctx, req, slices.Clone(prog.ranges), wm, tr, prog)
+	}
+	ranges := []tidemark.SnapshotRange{{}}
 	if req.Column == "" && (len(c.readers) > 0 || c.pool != nil) {
-		ranges, err := splitTable(ctx, c.src, req.Table, c.readerCount())
-		if err != nil {
+		var err error
+		if ranges, err = splitTable(ctx, c.src, req.Table, c.readerCount()); err != nil {
 			return fmt.Errorf("split %s for a parallel read: %w", req.Table, err)
 		}
-		if len(ranges) > 1 {
-			return c.readParallel(ctx, req, ranges, wm, tr)
+	}
+	if prog != nil {
+		if err := prog.begin(ctx, ranges); err != nil {
+			return err
 		}
 	}
-	return c.readRange(ctx, c.src, req, wm, tr, nil)
+	if len(ranges) > 1 || prog != nil {
+		return c.readParallel(ctx, req, ranges, wm, tr, prog)
+	}
+	return c.readRange(ctx, c.src, req, wm, tr, nil, nil)
 }
 
-// readParallel reads each range with a reader of its own (c.src first,
-// then c.readers), applying its chunks as they come; wm commits once every
-// range is in.
-func (c *CatchUp) readParallel(ctx context.Context, req tidemark.ReadRequest, ranges []tidemark.SnapshotRange, wm *tidemark.Watermark, tr *TableReport) error {
-	srcs := append([]tidemark.SnapshotSource{c.src}, c.readers...)
+// readParallel reads the ranges not done, each after its cursor, applying
+// their chunks as they come: with the pool's free workers (tables at once)
+// or with the readers (c.src first, then c.readers), each reading one
+// range at a time (a resumed read may have more ranges than readers); wm
+// commits once every range is in. prog, when set, records each range's
+// progress.
+func (c *CatchUp) readParallel(ctx context.Context, req tidemark.ReadRequest, ranges []tidemark.SnapshotRange, wm *tidemark.Watermark, tr *TableReport, prog *tableProgress) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var todo []int
+	for i, r := range ranges {
+		if !r.Done {
+			todo = append(todo, i)
+		}
+	}
 	var mu sync.Mutex
 	errs := make([]error, len(ranges))
-	readOne := func(i int, src tidemark.SnapshotSource) {
+	readOne := func(k int, src tidemark.SnapshotSource) {
+		i := todo[k]
 		rq := req
-		rq.KeyFrom, rq.KeyTo = ranges[i].From, ranges[i].To
-		if errs[i] = c.readRange(ctx, src, rq, nil, tr, &mu); errs[i] != nil {
+		rq.KeyFrom, rq.KeyTo, rq.After = ranges[i].From, ranges[i].To, ranges[i].After
+		var applied func(next []any) error
+		if prog != nil {
+			applied = func(next []any) error { return prog.advance(ctx, i, next) }
+		}
+		if errs[i] = c.readRange(ctx, src, rq, nil, tr, &mu, applied); errs[i] != nil {
 			cancel()
 		}
 	}
-	if c.pool != nil {
-		c.pool.share(ctx, c.src, len(ranges), readOne)
-	} else {
+	switch {
+	case len(todo) == 0:
+	case c.pool != nil:
+		c.pool.share(ctx, c.src, len(todo), readOne)
+	default:
+		srcs := append([]tidemark.SnapshotSource{c.src}, c.readers...)
+		next := make(chan int, len(todo))
+		for k := range todo {
+			next <- k
+		}
+		close(next)
 		var wg sync.WaitGroup
-		for i := range ranges {
+		for _, src := range srcs[:min(len(srcs), len(todo))] {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				readOne(i, srcs[i%len(srcs)])
+				for k := range next {
+					if readOne(k, src); ctx.Err() != nil {
+						return
+					}
+				}
 			}()
 		}
 		wg.Wait()
@@ -767,14 +850,18 @@ func (c *CatchUp) readParallel(ctx context.Context, req tidemark.ReadRequest, ra
 	if c.cfg.Progress != nil {
 		c.cfg.Progress(Progress{Table: tr.Table, Rows: tr.Rows, Chunks: tr.Chunks, Done: true, BeyondUpper: tr.BeyondUpper})
 	}
-	c.cfg.Logger.Info("table read in parallel key ranges", "table", req.Table.String(), "ranges", len(ranges), "readers", c.readerCount())
+	if len(ranges) > 1 {
+		c.cfg.Logger.Info("table read in parallel key ranges", "table", req.Table.String(), "ranges", len(ranges), "readers", c.readerCount())
+	}
 	return nil
 }
 
 // readRange reads req to the end from src, chunk by chunk, applying each;
 // wm, if set, commits with the last chunk. With mu (a range of a parallel
 // read) tr is updated under it, and the progress never says done.
-func (c *CatchUp) readRange(ctx context.Context, src tidemark.SnapshotSource, req tidemark.ReadRequest, wm *tidemark.Watermark, tr *TableReport, mu *sync.Mutex) error {
+// applied, if set, is called after each chunk is applied with the
+// range's cursor after it (nil after its last chunk).
+func (c *CatchUp) readRange(ctx context.Context, src tidemark.SnapshotSource, req tidemark.ReadRequest, wm *tidemark.Watermark, tr *TableReport, mu *sync.Mutex, applied func(next []any) error) error {
 	type chunk struct {
 		res  tidemark.ReadResult
 		took time.Duration
@@ -840,6 +927,11 @@ func (c *CatchUp) readRange(ctx context.Context, src tidemark.SnapshotSource, re
 			tr.Applied.Add(st)
 			unlock()
 		}
+		if applied != nil {
+			if err := applied(res.Next); err != nil {
+				return err
+			}
+		}
 		if c.cfg.Progress != nil {
 			lock()
 			c.cfg.Progress(Progress{Table: tr.Table, Rows: tr.Rows, Chunks: tr.Chunks, Done: last && mu == nil, BeyondUpper: tr.BeyondUpper})
@@ -850,6 +942,54 @@ func (c *CatchUp) readRange(ctx context.Context, src tidemark.SnapshotSource, re
 		}
 	}
 	return ctx.Err()
+}
+
+// endFullRead ends a full read: the key diff tc asks for, then the first
+// run's record of the table as done (prog, when set).
+func (c *CatchUp) endFullRead(ctx context.Context, snap tidemark.Snapshot, id tidemark.TableID, tc TableConfig, tr *TableReport, prog *tableProgress) error {
+	if err := c.keyDiff(ctx, snap, id, tc, tr); err != nil {
+		return err
+	}
+	if prog == nil {
+		return nil
+	}
+	return prog.done(ctx)
+}
+
+// resumeTable goes on with a table an interrupted first run recorded, with
+// its capture (snap): nothing when it was done; otherwise each range not
+// done is read after its cursor, committing the recorded watermark, and
+// the recorded key diff follows. The table's target held rows of the
+// interrupted run only (or its key diff was recorded): every change of
+// them after the capture is in the stream that resumes there.
+func (c *CatchUp) resumeTable(ctx context.Context, snap tidemark.Snapshot, tbl *tidemark.Table, tc TableConfig, rec *firstRunRecord, fr *firstRun, tr *TableReport) error {
+	tr.Mode = "snapshot"
+	if tc.Column == "" {
+		tr.Mode = "full"
+	}
+	if rec.Done {
+		tr.Resumed = "done"
+		return nil
+	}
+	tr.Resumed = "ranges"
+	var wm *tidemark.Watermark
+	if rec.Upper != "" {
+		upper, err := time.Parse(time.RFC3339Nano, rec.Upper)
+		if err != nil {
+			return fmt.Errorf("resume the first-run snapshot of %s: watermark %q: %w", tbl.ID, rec.Upper, err)
+		}
+		wm, tr.Upper = &tidemark.Watermark{Table: tbl.ID, Value: upper}, upper
+	}
+	diff := tc
+	if rec.KeyDiff {
+		diff.DeleteDetection = DeletesKeyDiff
+	}
+	prog := fr.track(tbl, rec.KeyDiff, wm, rec)
+	req := tidemark.ReadRequest{Table: tbl.ID, Limit: c.cfg.ChunkRows, Snapshot: snap}
+	if err := c.read(ctx, req, wm, tr, prog); err != nil {
+		return err
+	}
+	return c.endFullRead(ctx, snap, tbl.ID, diff, tr, prog)
 }
 
 // keyDiff finds keys present in the target but not in the source and

@@ -96,29 +96,41 @@ func (c *CatchUp) Snapshotter(idx tidemark.IndexLister, reg Registry, report fun
 // run cannot follow is left out the same way and logged; the stream
 // quarantines it (for the process's life, as every quarantine without
 // table states) when its rows arrive.
+//
+// A first run (no checkpoint) with a reg records its progress there and
+// resumes an interrupted one's (firstrun.go); its tables are recorded
+// streaming from the capture's version before the checkpoint is stored.
+// The scale-out tailer's first run (Boundaries) records nothing and is
+// redone after an interruption.
 func (c *CatchUp) RunStreaming(ctx context.Context, idx tidemark.IndexLister, reg Registry, checkpoint tidemark.Sink) (Report, error) {
 	source, log := c.cfg.Source, c.cfg.Logger
 	skip := map[tidemark.TableID]bool{}
+	plan := runPlan{skip: skip}
 	if reg != nil {
 		states, err := reg.TableStates(ctx, source)
 		if err != nil {
 			return Report{}, err
 		}
+		_, resumed, err := c.target.Checkpoint(ctx, source)
+		if err != nil {
+			return Report{}, fmt.Errorf("catch up %s: read checkpoint: %w", source, err)
+		}
 		for _, st := range states {
-			if st.Mode != tidemark.TableStreaming {
+			if st.Mode != tidemark.TableStreaming && (resumed || !isFirstRunRecord(st)) {
 				skip[st.Table] = true
 				log.Warn("catch-up leaves out a table that is not streaming", "table", st.Table.String(), "state", string(st.Mode), "reason", st.Reason)
 			}
 		}
+		plan.record, plan.states = reg, states
 	}
 	var tr tidemark.TableRegistry
 	if reg != nil {
 		tr = reg
 	}
-	quarantine := func(ctx context.Context, te *tidemark.TableError) error {
+	plan.quarantine = func(ctx context.Context, te *tidemark.TableError) error {
 		return c.quarantine(ctx, te, tr, skip)
 	}
-	rep, err := c.run(ctx, runPlan{skip: skip, quarantine: quarantine})
+	rep, err := c.run(ctx, plan)
 	if err != nil {
 		return rep, err
 	}
@@ -126,6 +138,9 @@ func (c *CatchUp) RunStreaming(ctx context.Context, idx tidemark.IndexLister, re
 		if err := c.mirrorAfterLoad(ctx, rep, idx, reg, skip); err != nil {
 			return rep, err
 		}
+	}
+	if err := rep.firstRun.finish(ctx); err != nil {
+		return rep, err
 	}
 	if _, err := checkpoint.Apply(ctx, &tidemark.Batch{Source: source, Checkpoint: rep.Snapshot.Position}); err != nil {
 		return rep, fmt.Errorf("catch up %s: store checkpoint %s: %w", source, rep.Snapshot.Position, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 // tables it was asked to ensure, and the indexes mirrored (mirror, if set,
 // fails a table's mirroring).
 type fakeRegistry struct {
+	mu       sync.Mutex // tables read at once record their states at once
 	states   map[tidemark.TableID]tidemark.TableState
 	ensured  []tidemark.TableID
 	mirrored []tidemark.TableID
@@ -22,6 +24,8 @@ type fakeRegistry struct {
 }
 
 func (f *fakeRegistry) TableStates(ctx context.Context, source string) ([]tidemark.TableState, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	var out []tidemark.TableState
 	for _, st := range f.states {
 		out = append(out, st)
@@ -29,10 +33,14 @@ func (f *fakeRegistry) TableStates(ctx context.Context, source string) ([]tidema
 	return out, nil
 }
 func (f *fakeRegistry) SetTableState(ctx context.Context, source string, st tidemark.TableState) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.states[st.Table] = st
 	return nil
 }
 func (f *fakeRegistry) SwapTableState(ctx context.Context, source string, old tidemark.TableMode, st tidemark.TableState) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.states[st.Table].Mode != old {
 		return false, nil
 	}
