@@ -138,7 +138,11 @@ func TestFirstRunSnapshotTableRenamedAway(t *testing.T) {
 	if err := harness.Exec(lock, "LOCK TABLES "+db+".a_big WRITE"); err != nil {
 		t.Fatal(err)
 	}
-	d := f.daemon(db, db, db, "UTC", tidemark.Position{}, "fallback:\n  enabled: true\n  chunk_rows: 2\n")
+	// One table at a time (snapshot.parallelism 1): the locked a_big holds the
+	// read back so that the RENAME lands before _t2_gho's turn; with tables
+	// read at once (c22b681) another worker may read _t2_gho first, which is
+	// right but leaves this window untested (CI check 2026-12-02 09:59).
+	d := f.daemon(db, db, db, "UTC", tidemark.Position{}, "snapshot:\n  parallelism: 1\nfallback:\n  enabled: true\n  chunk_rows: 2\n")
 	d.Target.Postgres.More = map[string]any{"ddl": map[string]any{"drop_table": "apply"}}
 	cfg := d.Write(t)
 	ps := &procSet{f: f, t: t}
