@@ -80,7 +80,7 @@ type Config struct {
 type Store struct {
 	schema string // unquoted, for messages
 
-	initSQL                     string
+	initSQL, initCheckSQL       string
 	loadPosSQL, savePosSQL      string
 	loadFloorSQL                string
 	loadWMSQL, saveWMSQL        string
@@ -127,6 +127,11 @@ func New(cfg Config) (*Store, error) {
 	// sent as one simple-protocol query, which PostgreSQL runs as a single
 	// implicit transaction (or inside the caller's), so the advisory lock
 	// is held until the tables exist.
+	s.initCheckSQL = `SELECT count(*) FROM pg_catalog.pg_attribute a
+JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped
+	AND c.relname::text || '.' || a.attname::text = ANY($2::text[])`
 	s.initSQL = fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d);
 CREATE SCHEMA IF NOT EXISTS %s;
 CREATE TABLE IF NOT EXISTS %s (
@@ -255,6 +260,19 @@ func (s *Store) Schema() string { return s.schema }
 // bind parameters as one multi-statement string, so q must accept that (a
 // pgx connection or transaction does).
 func (s *Store) Init(ctx context.Context, q Querier) error {
+	// A catalog read first, which takes no lock: with every table and
+	// column in place nothing else runs. The DDL below would lock the
+	// control tables even when there is nothing to add (ALTER TABLE … ADD
+	// COLUMN IF NOT EXISTS takes an ACCESS EXCLUSIVE lock), so it would
+	// wait for any open transaction on them (an applier stopped in the
+	// middle of a batch), and every session after it would wait behind it.
+	var n int
+	if err := q.QueryRow(ctx, s.initCheckSQL, s.schema, controlColumns).Scan(&n); err != nil {
+		return fmt.Errorf("look up checkpoint tables in schema %q: %w", s.schema, err)
+	}
+	if n == len(controlColumns) {
+		return nil
+	}
 	if err := q.Exec(ctx, s.initSQL); err != nil {
 		return fmt.Errorf("create checkpoint tables in schema %q: %w", s.schema, err)
 	}
@@ -580,3 +598,25 @@ func (s *Store) LastVerifyRun(ctx context.Context, q Querier, source string) (r 
 	r.FinishedAt = r.FinishedAt.UTC()
 	return r, true, nil
 }
+
+// controlColumns is "table.column" of every column Init creates, sorted.
+// Init looks them up first (initCheckSQL) and does nothing more when all
+// are there: a column added to initSQL must be added here too, or existing
+// installations never get it (TestInitCheckListsEveryColumn compares the
+// two).
+var controlColumns = []string{
+	"checkpoints.file", "checkpoints.gtid", "checkpoints.pos", "checkpoints.position", "checkpoints.source", "checkpoints.updated_at",
+	"source_epochs.epoch", "source_epochs.identity", "source_epochs.source", "source_epochs.updated_at",
+	"stream_offsets.consumer_group", "stream_offsets.floor_idx", "stream_offsets.floor_seq", "stream_offsets.leader_epoch",
+	"stream_offsets.next_offset", "stream_offsets.partition", "stream_offsets.table_schema", "stream_offsets.topic",
+	"stream_offsets.topic_id", "stream_offsets.updated_at",
+	"tables.database", "tables.floor_idx", "tables.floor_seq", "tables.reason", "tables.snapshot_cursor", "tables.source",
+	"tables.state", "tables.table_name", "tables.updated_at",
+	"verify_runs.differing", "verify_runs.errors", "verify_runs.finished_at", "verify_runs.source", "verify_runs.summary",
+	"verify_runs.tables", "verify_runs.verdict",
+	"watermarks.database", "watermarks.source", "watermarks.table_name", "watermarks.updated_at", "watermarks.value",
+}
+
+// ControlColumns returns "table.column" of every column Init creates,
+// sorted (for tests and documentation).
+func ControlColumns() []string { return append([]string(nil), controlColumns...) }

@@ -39,9 +39,19 @@ func (s *Store) TombstoneHorizons() string { return s.tombstoneHorizons }
 // in the same transaction, in hard-delete mode only.
 func (s *Store) InitTombstones(ctx context.Context, q Querier) error {
 	tomb := s.tombstones
-	var exists bool
-	if err := q.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", tomb).Scan(&exists); err != nil {
+	// Catalog reads, which take no lock: CREATE INDEX IF NOT EXISTS locks
+	// the table before it finds the index there, so it would wait for any
+	// open transaction that wrote a tombstone (and hold up every session
+	// behind it). With everything in place nothing else runs.
+	indexName := tidemark.QuotePostgres(s.schema) + "." + tidemark.QuotePostgres("tombstones_target_key")
+	var exists, complete bool
+	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
+	to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL`,
+		tomb, s.tombstoneState, indexName, s.tombstoneHorizons).Scan(&exists, &complete); err != nil {
 		return fmt.Errorf("look up %s: %w", tomb, err)
+	}
+	if complete {
+		return nil
 	}
 	// The guard looks a key up (an applier's batches are always guarded)
 	// and pruning in the apply topology goes by table.
