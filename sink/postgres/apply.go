@@ -81,7 +81,7 @@ func (s *Sink) apply(ctx context.Context, b *tidemark.Batch, missing *bool) (tid
 		return tidemark.ApplyStats{}, fmt.Errorf("%s: %w", what, err)
 	}
 	if len(p.groups) == 0 && b.Checkpoint.IsZero() && len(b.Watermarks) == 0 && len(b.Offsets) == 0 {
-		st := tidemark.ApplyStats{Coalesced: p.coalesced}
+		st := tidemark.ApplyStats{Coalesced: p.coalesced, Skipped: p.skipped}
 		if st.Total() != len(b.Changes) {
 			return tidemark.ApplyStats{}, fmt.Errorf("%s: %d changes, counted %+v: %w", what, len(b.Changes), st, tidemark.ErrStatsMismatch)
 		}
@@ -182,7 +182,7 @@ func (s *Sink) applyOnce(ctx context.Context, b *tidemark.Batch, p *batchPlan) (
 		return st, err
 	}
 	p.tombNext = next
-	st.Coalesced = p.coalesced
+	st.Coalesced, st.Skipped = p.coalesced, p.skipped
 	for _, g := range p.groups {
 		gs, err := s.applyGroup(ctx, tx, g, now, b.Source, stamp, b.Refresh, len(b.Offsets) > 0)
 		if err != nil {

@@ -15,6 +15,9 @@ import (
 type batchPlan struct {
 	groups    []*groupPlan
 	coalesced int
+	// skipped counts the changes of an older layout that are not written
+	// (older.go: a target table created anew after them).
+	skipped int
 	// tombNext is the tombstone pruning state after the last attempt's
 	// transaction (tombstones.go), remembered once it commits.
 	tombNext *tombSource
@@ -68,12 +71,16 @@ func (s *Sink) plan(b *tidemark.Batch) (*batchPlan, error) {
 			return nil, err
 		}
 	}
-	p := &batchPlan{coalesced: pl.settle(b)}
+	p := &batchPlan{coalesced: pl.settle(b), skipped: pl.skipped}
 	if err := pl.group(b, p); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
+
+// skippedOp marks, in planner.perChange, a change whose rows are not
+// written (projection.skip).
+const skippedOp = -2
 
 // planner is the state of one plan.
 type planner struct {
@@ -87,6 +94,9 @@ type planner struct {
 	// byTable: Table values are shared between changes, so each is looked
 	// up (and its fingerprint computed) once per batch.
 	byTable map[*tidemark.Table]planTable
+	// skipped counts the changes of a layout whose rows are not written
+	// (projection.skip).
+	skipped int
 }
 
 // planSlot is one target row: the quoted target table and the business key.
@@ -116,7 +126,7 @@ func (pl *planner) tableOf(i int, c *tidemark.Change) (planTable, error) {
 		return planTable{}, err
 	}
 	td := planTable{d, dk, pl.s.projectionOf(dk)}
-	if td.proj != nil {
+	if td.proj != nil && !td.proj.skip {
 		td.def, td.key = td.proj.def, td.proj.key
 	}
 	pl.byTable[c.Table] = td
@@ -131,6 +141,11 @@ func (pl *planner) change(i int, c *tidemark.Change) error {
 	td, err := pl.tableOf(i, c)
 	if err != nil {
 		return err
+	}
+	if td.proj != nil && td.proj.skip {
+		pl.perChange[i] = [2]int{skippedOp, skippedOp}
+		pl.skipped++ // older than a table created anew (older.go)
+		return nil
 	}
 	switch c.Op {
 	case tidemark.OpInsert, tidemark.OpRead:
@@ -210,6 +225,8 @@ func (pl *planner) settle(b *tidemark.Batch) int {
 			if dl >= 0 && ops[dl].alive {
 				ops[dl].code = opKeyGone
 			}
+		case u == skippedOp:
+			// counted in pl.skipped
 		case dl >= 0 && ops[dl].alive:
 			ops[dl].code = opDelete
 			if ops[dl].def.soft && b.Changes[i].KeyOnly {
