@@ -238,3 +238,18 @@ func readJSONColumns(ctx context.Context, query queryFunc, id tidemark.TableID) 
 	}
 	return m, nil
 }
+
+// readColumnNames returns the names of a table's columns as
+// information_schema lists them now.
+func readColumnNames(ctx context.Context, query queryFunc, id tidemark.TableID) (map[string]bool, error) {
+	r, err := query(ctx, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", id.Database, id.Name)
+	if err != nil {
+		return nil, fmt.Errorf("read columns of %s: %w", id, err)
+	}
+	m := make(map[string]bool, r.RowNumber())
+	for i := 0; i < r.RowNumber(); i++ {
+		name, _ := r.GetString(i, 0)
+		m[name] = true
+	}
+	return m, nil
+}

@@ -29,6 +29,12 @@ type Tailer struct {
 	tables *layoutCache
 	// jsonCols caches, per table, the columns declared JSON (MariaDB).
 	jsonCols map[tidemark.TableID]map[string]bool
+	// jsonSeen remembers, per table, whether each column name was declared
+	// JSON when information_schema last listed it (MariaDB): a layout whose
+	// first table map the stream reaches after the source renamed or
+	// dropped one of its columns names a column information_schema no
+	// longer has (see jsonColumns).
+	jsonSeen map[tidemark.TableID]map[string]bool
 
 	// sql is the metadata session: one connection, TIMESTAMP values read
 	// in UTC.
@@ -77,6 +83,7 @@ func New(cfg Config) (*Tailer, error) {
 		rl:       &tidemark.RateLimitedLogger{Logger: cfg.Logger, Interval: 10 * time.Second},
 		tables:   newLayoutCache(maxCachedTables),
 		jsonCols: map[tidemark.TableID]map[string]bool{},
+		jsonSeen: map[tidemark.TableID]map[string]bool{},
 		lin:      &lineage{},
 	}
 	// TIMESTAMP values read over SQL are always read in UTC.
@@ -215,6 +222,14 @@ var jsonCheckRE = regexp.MustCompile("(?i)^\\s*json_valid\\(`((?:[^`]|``)+)`\\)\
 // jsonColumns returns the columns of a MariaDB table declared JSON
 // (readJSONColumns), cached per table until its next table map. MySQL has a
 // real JSON type.
+//
+// information_schema describes the table as it is now, which may be a later
+// layout than the table map the stream decodes: after the source ran
+// RENAME COLUMN j TO k (or dropped j), the older layout's rows still name j,
+// which information_schema no longer lists. Such a name is JSON if it was
+// declared JSON when this process last saw it listed (jsonSeen); without
+// that memory it reads as LONGTEXT, and a sink that knows the column as
+// JSON refuses the change (json → text) loudly.
 func (t *Tailer) jsonColumns(ctx context.Context, id tidemark.TableID) (map[string]bool, error) {
 	if t.cfg.Flavor != FlavorMariaDB {
 		return nil, nil
@@ -222,15 +237,31 @@ func (t *Tailer) jsonColumns(ctx context.Context, id tidemark.TableID) (map[stri
 	if m, ok := t.jsonCols[id]; ok {
 		return m, nil
 	}
-	var m map[string]bool
+	var m, listed map[string]bool
 	err := tidemark.Retry(ctx, "read JSON columns of "+id.String(), queryRetry, isTransient, t.rl, func(ctx context.Context) error {
 		var err error
 		t.stats.SchemaReads.Add(1)
-		m, err = readJSONColumns(ctx, t.query, id)
+		if m, err = readJSONColumns(ctx, t.query, id); err != nil {
+			return err
+		}
+		listed, err = readColumnNames(ctx, t.query, id)
 		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	seen := t.jsonSeen[id]
+	if seen == nil {
+		seen = map[string]bool{}
+		t.jsonSeen[id] = seen
+	}
+	for name := range listed {
+		seen[name] = m[name]
+	}
+	for name, json := range seen {
+		if json && !listed[name] {
+			m[name] = true
+		}
 	}
 	t.jsonCols[id] = m
 	return m, nil
