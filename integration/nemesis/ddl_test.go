@@ -139,7 +139,16 @@ func (c *campaign) ddl() {
 		}()
 		c.res.ddl++
 		c.burst(c.intn("txns", 10, 60), true)
-		if msg := <-done; msg != "" {
+		msg := <-done
+		switch {
+		case msg == "":
+		case tb.mayQuarantine != "" && strings.Contains(msg, "quarantined again"):
+			// The documented refusal the draws made (a NUL byte written
+			// into the table, say) is still in the source: the resync
+			// refuses the table again, loudly (soak seed 349404923391).
+			// The judge checks the quarantine.
+			c.t.Logf("tidemark resync --table %s.%s quarantined it again, as the draws allow (%s): %s", c.db, tb.name, tb.mayQuarantine, msg)
+		default:
 			c.t.Errorf("tidemark resync --table %s.%s failed: %s", c.db, tb.name, msg)
 		}
 		return
