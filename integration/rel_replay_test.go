@@ -84,24 +84,8 @@ func TestHardDeleteReplayAfterPrunedTombstones(t *testing.T) {
 		}
 	}
 	f.caughtUpIn(t, db, d, 2*time.Minute)
-	// Later batches, one at a time, until the deletes' tombstones are
-	// pruned (tombstones.go: two later checkpoints).
 	target := pgx.Identifier{db, "t"}.Sanitize()
-	pruned := false
-	for i := 1; i <= 20 && !pruned; i++ {
-		if err := harness.Exec(f.my, "USE "+db, fmt.Sprintf("INSERT INTO u VALUES (%d, %d)", i, i)); err != nil {
-			t.Fatal(err)
-		}
-		f.caughtUpIn(t, db, d, 2*time.Minute)
-		var n int
-		if err := f.pg.QueryRow(f.ctx, "SELECT count(*) FROM tidemark.tombstones WHERE target = $1", target).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		pruned = n == 0
-	}
-	if !pruned {
-		t.Fatal("the deletes' tombstones were not pruned after 20 later batches")
-	}
+	f.pruneTombstones(t, db, d, target)
 	if code := d.stop(t); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, tail(d.stderr.String(), 20))
 	}
@@ -142,4 +126,26 @@ func (f *fixture) replayI5(t *testing.T, db, cfg string) (regressions, resurrect
 		t.Fatalf("exit %d:\n%s", code, tail(d.stderr.String(), 20))
 	}
 	return checkI5(t, f, db, false)
+}
+
+// pruneTombstones writes one row at a time into db's table u (id INT
+// PRIMARY KEY, v INT), each a later batch of d, until the tombstones of
+// the target table target (quoted) are pruned (tombstones.go: two later
+// checkpoints), which raises its horizon to the newest of them.
+func (f *fixture) pruneTombstones(t *testing.T, db string, d *daemonProc, target string) {
+	t.Helper()
+	for i := 1; i <= 20; i++ {
+		if err := harness.Exec(f.my, "USE "+db, fmt.Sprintf("INSERT INTO u VALUES (%d, %d)", i, i)); err != nil {
+			t.Fatal(err)
+		}
+		f.caughtUpIn(t, db, d, 2*time.Minute)
+		var n int
+		if err := f.pg.QueryRow(f.ctx, "SELECT count(*) FROM tidemark.tombstones WHERE target = $1", target).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+	}
+	t.Fatalf("the deletes' tombstones of %s were not pruned after 20 later batches", target)
 }

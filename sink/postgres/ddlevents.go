@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
@@ -16,8 +17,10 @@ var _ tidemark.DDLSink = (*Sink)(nil)
 // ApplyDDL implements tidemark.DDLSink: the events and the checkpoint in one
 // transaction, under the DDL lock.
 //
-//   - TRUNCATE truncates the target table (ddl.truncate: apply) or is
-//     refused (a *tidemark.TableError wrapping tidemark.ErrDDLRefused).
+//   - TRUNCATE removes the target rows at its version or older (all of
+//     them but those a replay finds written after it; ddl.truncate: apply)
+//     or is refused (a *tidemark.TableError wrapping
+//     tidemark.ErrDDLRefused).
 //   - DROP TABLE drops the target table and forgets the table's state and
 //     watermark (ddl.drop_table: apply), or is refused.
 //   - ALTER TABLE renames target columns (their data stays), drops the
@@ -49,6 +52,12 @@ func (s *Sink) ApplyDDL(ctx context.Context, source string, events []tidemark.DD
 	})
 	for id := range touched {
 		s.forgetTable(id)
+		if _, _, qname, err := s.targetOf(id); err == nil {
+			// Read again when needed: a TRUNCATE raised the horizon.
+			s.mu.Lock()
+			delete(s.tombTop, qname)
+			s.mu.Unlock()
+		}
 	}
 	if err != nil {
 		return redact(err, s.secret)
@@ -78,10 +87,7 @@ func (s *Sink) applyEvent(ctx context.Context, tx pgx.Tx, source string, ev tide
 		if policy.Truncate != ApplyDDL {
 			return refused("TRUNCATE", "truncate")
 		}
-		s.log.Info("truncating target table (source TRUNCATE)", "table", qname, "source_table", ev.Table.String())
-		if _, err := tx.Exec(ctx, "TRUNCATE "+qname); err != nil {
-			return fmt.Errorf("truncate %s: %w", qname, err)
-		}
+		return s.truncateEvent(ctx, tx, qname, ev)
 	case tidemark.DDLDropTable:
 		// Refused only when there is a target table to keep: a table
 		// created and dropped before any row reached the target (a
@@ -111,6 +117,62 @@ func (s *Sink) applyEvent(ctx context.Context, tx pgx.Tx, source string, ev tide
 		}
 		return s.alterEvent(ctx, tx, qname, ev)
 	}
+	return nil
+}
+
+// truncateEvent applies a source TRUNCATE at ev.Version to the target
+// table qname. Streamed in order, it finds no target row newer than itself
+// and the table is truncated. Replayed (the checkpoint deleted to start
+// over, a start_position behind it; docs/FAILOVER.md), it meets the rows
+// written after it: only the rows at its version or older are removed, as
+// the apply members' TruncateBefore does. A plain TRUNCATE removed the newer
+// rows too, and their replayed inserts were then skipped by the tombstone
+// horizon (a change older than pruned deletes, of a key without a row):
+// the rows never came back, nothing said (nemesis seed 75894702205).
+//
+// In hard-delete mode the TRUNCATE also raises the table's tombstone
+// horizon (tombstones.go) to its version: the source table was empty
+// there, so a change at or before it of a key without a row is older than
+// the key's removal. A replayed insert from before the TRUNCATE is then
+// skipped instead of coming back until the replay reaches the TRUNCATE.
+func (s *Sink) truncateEvent(ctx context.Context, tx pgx.Tx, qname string, ev tidemark.DDLEvent) error {
+	v := ev.Version
+	if v == (tidemark.Version{}) {
+		s.log.Info("truncating target table (source TRUNCATE)", "table", qname, "source_table", ev.Table.String())
+		if _, err := tx.Exec(ctx, "TRUNCATE "+qname); err != nil {
+			return fmt.Errorf("truncate %s: %w", qname, err)
+		}
+		return nil
+	}
+	if v.Seq > math.MaxInt64 || v.Index > math.MaxInt32 {
+		return fmt.Errorf("truncate %s: version %s does not fit", qname, v)
+	}
+	seq, idx := int64(v.Seq), int32(v.Index)
+	if h := s.cfg.horizonsName(); h != "" {
+		if _, err := tx.Exec(ctx, "INSERT INTO "+h+" AS h (target, seq, idx) VALUES ($1, $2, $3)\n"+
+			"ON CONFLICT (target) DO UPDATE SET seq = EXCLUDED.seq, idx = EXCLUDED.idx WHERE (h.seq, h.idx) < (EXCLUDED.seq, EXCLUDED.idx)",
+			qname, seq, idx); err != nil {
+			return fmt.Errorf("raise the tombstone horizon of %s to the TRUNCATE at %s: %w", qname, v, err)
+		}
+	}
+	older := "(" + colSeq + ", " + colIdx + ") <= ($1, $2)"
+	var newer bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+qname+" WHERE NOT "+older+")", seq, idx).Scan(&newer); err != nil {
+		return fmt.Errorf("look for rows of %s newer than the TRUNCATE at %s: %w", qname, v, err)
+	}
+	if !newer {
+		s.log.Info("truncating target table (source TRUNCATE)", "table", qname, "source_table", ev.Table.String(), "version", v.String())
+		if _, err := tx.Exec(ctx, "TRUNCATE "+qname); err != nil {
+			return fmt.Errorf("truncate %s: %w", qname, err)
+		}
+		return nil
+	}
+	tag, err := tx.Exec(ctx, "DELETE FROM "+qname+" WHERE "+older, seq, idx)
+	if err != nil {
+		return fmt.Errorf("delete rows of %s older than the TRUNCATE at %s: %w", qname, v, err)
+	}
+	s.log.Info("a replayed source TRUNCATE: removed the target rows older than it, kept the newer ones",
+		"table", qname, "source_table", ev.Table.String(), "version", v.String(), "rows", tag.RowsAffected())
 	return nil
 }
 
