@@ -526,9 +526,20 @@ func (s *Sink) AppliedTables() []*tidemark.Table {
 // keys, when the target holds a business key more than once — among every
 // row (since zero) or among the keys of the rows loaded at or after since
 // (PostgreSQL's clock, _tm_loaded_at). It scans the table.
+//
+// A lost connection, a server restart and the like are retried with the
+// sink's retry policy (soak seed 567077772393: a first-run snapshot
+// stopped on "unexpected EOF" while PostgreSQL restarted). An attempt is
+// not bounded by apply_timeout: the scan of a large table may rightly
+// take longer.
 func (s *Sink) AssertNoDuplicateKeys(ctx context.Context, t *tidemark.Table, since time.Time) error {
 	spec := &tidemark.VerifySpec{Table: t, TargetSchema: s.targetSchema(t.ID)}
-	rep, err := NewVerifier(s).DuplicateKeys(ctx, spec, since, 5)
+	var rep tidemark.DuplicateReport
+	err := tidemark.Retry(ctx, "assert no duplicate keys in "+spec.TargetSchema+"."+t.ID.Name, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+		var err error
+		rep, err = NewVerifier(s).DuplicateKeys(ctx, spec, since, 5)
+		return err
+	})
 	if err != nil {
 		return err
 	}

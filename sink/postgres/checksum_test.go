@@ -16,14 +16,7 @@ import (
 // when only the rows loaded since a time are checked, and not when the
 // duplicate is older than that.
 func TestAssertNoDuplicateKeys(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	tbl := simpleTable("dups")
-	e.apply(&tidemark.Batch{Source: "s", Checkpoint: gtid(1), Changes: []tidemark.Change{
-		ins(tbl, v(1, 1), int64(1), "a", int64(1)),
-		ins(tbl, v(1, 2), int64(2), "b", int64(2)),
-		ins(tbl, v(1, 3), int64(3), "c", int64(3)),
-	}})
+	e, ctx, tbl := dupsTable(t, "dups")
 	applied := e.sink.AppliedTables()
 	if len(applied) != 1 || applied[0].ID != tbl.ID {
 		t.Fatalf("applied tables %v", applied)
@@ -56,6 +49,18 @@ func TestAssertNoDuplicateKeys(t *testing.T) {
 	if err := e.sink.AssertNoDuplicateKeys(ctx, tbl, before.Add(time.Hour)); err != nil {
 		t.Fatalf("no row loaded since then: %v", err)
 	}
+}
+
+// dupsTable applies three rows (keys 1, 2, 3) to a new target table.
+func dupsTable(t *testing.T, name string) (*env, context.Context, *tidemark.Table) {
+	e := newEnv(t)
+	tbl := simpleTable(name)
+	e.apply(&tidemark.Batch{Source: "s", Checkpoint: gtid(1), Changes: []tidemark.Change{
+		ins(tbl, v(1, 1), int64(1), "a", int64(1)),
+		ins(tbl, v(1, 2), int64(2), "b", int64(2)),
+		ins(tbl, v(1, 3), int64(3), "c", int64(3)),
+	}})
+	return e, context.Background(), tbl
 }
 
 // TestTargetCanonicalText checks the target's canonical text of every kind
@@ -185,5 +190,33 @@ func TestTableStatuses(t *testing.T) {
 	now, err := e.sink.Now(ctx)
 	if err != nil || time.Since(now).Abs() > time.Minute {
 		t.Fatalf("target clock %s: %v", now, err)
+	}
+}
+
+// TestAssertNoDuplicateKeysAfterConnectionLoss: the post-load assertion
+// survives the loss of its PostgreSQL connection (soak seed 567077772393:
+// a standby's first-run snapshot stopped with "post-load assertion: find
+// duplicate keys in …: unexpected EOF" while PostgreSQL restarted): the
+// sink's sessions are terminated, and the assertion still answers.
+func TestAssertNoDuplicateKeysAfterConnectionLoss(t *testing.T) {
+	e, ctx, tbl := dupsTable(t, "dups_conn")
+	// Hold every idle session of the sink's pool, end them on the server,
+	// and hand them back: the next query runs on a connection the server
+	// has closed (just released, so the pool does not ping it first).
+	held := e.sink.pool.AcquireAllIdle(ctx)
+	if len(held) == 0 {
+		t.Fatal("the sink's pool has no idle session after an apply")
+	}
+	for _, c := range held {
+		var ok bool
+		if err := e.conn.QueryRow(ctx, "SELECT pg_terminate_backend($1, 5000)", c.Conn().PgConn().PID()).Scan(&ok); err != nil || !ok {
+			t.Fatalf("terminate the sink's session %d: %t %v", c.Conn().PgConn().PID(), ok, err)
+		}
+	}
+	for _, c := range held {
+		c.Release()
+	}
+	if err := e.sink.AssertNoDuplicateKeys(ctx, tbl, time.Time{}); err != nil {
+		t.Fatalf("post-load assertion after the sink's sessions ended: %v", err)
 	}
 }
