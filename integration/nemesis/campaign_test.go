@@ -70,6 +70,9 @@ type campaign struct {
 	led   *harness.Ledger
 	mon   *harness.Monitor
 	procs []*proc
+	// startOverAt is the index in procs of the first process started
+	// after a checkpoint_delete (0: none), which replays the history.
+	startOverAt int
 	// the campaign's current processes
 	tailer, standby *proc
 	appliers        []*proc

@@ -186,6 +186,9 @@ func (c *campaign) deleteCheckpoint() {
 				c.t.Fatalf("delete the checkpoint: %v", err)
 			}
 		}
+		if c.startOverAt == 0 {
+			c.startOverAt = len(c.procs) // the processes started next replay (judge: replayedDrops)
+		}
 		if c.mon != nil {
 			// The next checkpoint may be older: on purpose. (After a
 			// pause: a poll that read the deleted one has ended.)
