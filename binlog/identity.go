@@ -191,6 +191,14 @@ func (t *Tailer) checkAtCheckpoint(ctx context.Context, stored tidemark.Position
 	}
 	typ, _ := r.GetString(0, 2)
 	info, _ := r.GetString(0, 5)
+	if !boundaryEvent(typ) {
+		// With GTIDs on, every transaction starts with a Gtid event: an
+		// Xid, Table_map, rows or Query event here is inside one, a
+		// transaction of another history (RESET MASTER, then as many
+		// bytes again).
+		st.notAtCheckpoint = fmt.Sprintf("the event at %s:%d, where the checkpoint's last transaction ended, is a %s event, inside a transaction", stored.File, stored.Offset, typ)
+		return nil
+	}
 	if !strings.EqualFold(typ, "Gtid") {
 		return nil
 	}
@@ -234,6 +242,20 @@ func (t *Tailer) checkAtCheckpoint(ctx context.Context, stored tidemark.Position
 		}
 	}
 	return nil
+}
+
+// boundaryEvent reports whether an event of type typ (SHOW BINLOG EVENTS'
+// Event_type) can follow a committed transaction in a binlog with GTIDs:
+// the next transaction's Gtid event (MySQL's anonymous and tagged ones
+// too) or an event between transactions (rotation, server stop, MariaDB's
+// binlog checkpoint, the headers of a file).
+func boundaryEvent(typ string) bool {
+	switch strings.ToLower(typ) {
+	case "gtid", "anonymous_gtid", "gtid_tagged", "rotate", "stop", "binlog_checkpoint", "gtid_list",
+		"format_desc", "previous_gtids", "start_encryption", "incident":
+		return true
+	}
+	return false
 }
 
 // gtidNextRE finds the GTID in SHOW BINLOG EVENTS' Info of a Gtid event.
