@@ -135,7 +135,7 @@ func (f *fixture) replayI5(t *testing.T, db, cfg string) (regressions, resurrect
 func (f *fixture) pruneTombstones(t *testing.T, db string, d *daemonProc, target string) {
 	t.Helper()
 	for i := 1; i <= 20; i++ {
-		if err := harness.Exec(f.my, "USE "+db, fmt.Sprintf("INSERT INTO u VALUES (%d, %d)", i, i)); err != nil {
+		if err := harness.Exec(f.my, "USE "+db, fmt.Sprintf("INSERT INTO u VALUES (%d, %d) ON DUPLICATE KEY UPDATE v = v + 1", i, i)); err != nil {
 			t.Fatal(err)
 		}
 		f.caughtUpIn(t, db, d, 2*time.Minute)

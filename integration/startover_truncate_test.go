@@ -69,21 +69,8 @@ CREATE TRIGGER replay_insert AFTER INSERT ON %[1]s.t FOR EACH ROW EXECUTE FUNCTI
 CREATE TRIGGER replay_insert AFTER INSERT ON %[1]s.t2 FOR EACH ROW EXECUTE FUNCTION %[1]s.replay_insert();`, schema)); err != nil {
 		t.Fatal(err)
 	}
-	d = f.startDaemon(t, cfg)
-	f.caughtUpIn(t, db, d, 2*time.Minute)
-	log := d.stderr.String()
-	if code := d.stop(t); code != 0 {
-		t.Fatalf("exit %d:\n%s", code, tail(log, 20))
-	}
-	for _, tb := range []string{"t", "t2", "u"} {
-		diff, err := harness.Compare(f.ctx, f.my, f.pg, harness.TableSpec{Database: db, Table: tb})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !diff.Equal() {
-			t.Errorf("%s differs from the source after the replay from start_position: %s\n%s", tb, diff, strings.Join(diff.Examples, "\n"))
-		}
-	}
+	log := f.replayFromStart(t, db, cfg)
+	f.compareReplayed(t, db, "t", "t2", "u")
 	rows, err := f.pg.Query(f.ctx, "SELECT tbl, count(*), min(id), max(id) FROM "+schema+".replay_inserts GROUP BY tbl ORDER BY tbl")
 	if err != nil {
 		t.Fatal(err)
@@ -102,5 +89,34 @@ CREATE TRIGGER replay_insert AFTER INSERT ON %[1]s.t2 FOR EACH ROW EXECUTE FUNCT
 	}
 	if t.Failed() {
 		t.Logf("daemon log of the replay:\n%s", grepLines(log, "TRUNCATE"))
+	}
+}
+
+// replayFromStart starts the daemon on cfg, whose checkpoint of source db
+// the test deleted, waits until it has caught up with the source, stops it
+// and returns its log.
+func (f *fixture) replayFromStart(t *testing.T, db, cfg string) string {
+	t.Helper()
+	d := f.startDaemon(t, cfg)
+	f.caughtUpIn(t, db, d, 2*time.Minute)
+	log := d.stderr.String()
+	if code := d.stop(t); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, tail(log, 20))
+	}
+	return log
+}
+
+// compareReplayed compares the tables of db with the source after a
+// replay, each difference an error.
+func (f *fixture) compareReplayed(t *testing.T, db string, tables ...string) {
+	t.Helper()
+	for _, tb := range tables {
+		diff, err := harness.Compare(f.ctx, f.my, f.pg, harness.TableSpec{Database: db, Table: tb})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !diff.Equal() {
+			t.Errorf("%s differs from the source after the replay from start_position: %s\n%s", tb, diff, strings.Join(diff.Examples, "\n"))
+		}
 	}
 }
