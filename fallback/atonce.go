@@ -69,7 +69,7 @@ func (c *CatchUp) runTables(ctx context.Context, snap tidemark.Snapshot, tables 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	c.cfg.Logger.Info("catch-up reads tables at once", "source", c.cfg.Source, "workers", len(srcs))
-	p := &workPool{workers: len(srcs)}
+	p := &workPool{workers: len(srcs), srcs: srcs}
 	p.cond = sync.NewCond(&p.mu)
 	// Unblock the workers waiting for work when the run is cancelled.
 	stop := context.AfterFunc(ctx, func() {
@@ -142,6 +142,7 @@ func (c *CatchUp) runTables(ctx context.Context, snap tidemark.Snapshot, tables 
 // progress to the workers.
 type workPool struct {
 	workers int
+	srcs    []tidemark.SnapshotSource // every worker's reader
 
 	mu      sync.Mutex
 	cond    *sync.Cond

@@ -520,7 +520,67 @@ func (c *CatchUp) tableConfig(id tidemark.TableID) TableConfig {
 //
 // fr, when set, records the progress of a first run's full read, and
 // resumes a table an interrupted first run recorded (resumeTable).
+//
+// A read that fails because the table's layout changed meanwhile (a RENAME
+// or DROP COLUMN after the schema was read: the chunks' SELECT names a
+// column the table no longer has) restarts from its first chunk with the
+// layout read again (tableRead), as a schema change during a snapshot
+// beside the stream does (docs/SNAPSHOTS.md); the other tables go on.
 func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark.TableID, initial bool, bound tidemark.SnapshotBoundary, enclosed bool, fr *firstRun) (TableReport, error) {
+	var held *bool
+	for restarts := 0; ; restarts++ {
+		before, err := c.src.Table(ctx, id)
+		if err != nil {
+			return TableReport{Table: id}, err
+		}
+		tr, err := c.tableRead(ctx, snap, id, initial, bound, enclosed, fr, &held)
+		if err == nil || ctx.Err() != nil || errors.Is(err, tidemark.ErrTableGone) {
+			return tr, err
+		}
+		c.forget(id)
+		after, aerr := c.src.Table(ctx, id)
+		if aerr != nil {
+			if errors.Is(aerr, tidemark.ErrTableGone) {
+				return tr, aerr
+			}
+			return tr, err
+		}
+		if after.Fingerprint() == before.Fingerprint() {
+			return tr, err
+		}
+		if restarts == maxSchemaRestarts {
+			return tr, fmt.Errorf("read %s: its schema changed during each of %d reads: %w", id, restarts+1, err)
+		}
+		c.cfg.Logger.Warn("restarting the snapshot of a table from its first chunk", "table", id.String(),
+			"reason", "schema change during its snapshot", "rows_read", tr.Rows, "err", err)
+		fr.restart(id)
+	}
+}
+
+// maxSchemaRestarts bounds the restarts of one table's read for schema
+// changes during it.
+const maxSchemaRestarts = 5
+
+// forget drops the schema of a table that every reader of the catch-up
+// cached (the ranges of a read may run on any of them).
+func (c *CatchUp) forget(id tidemark.TableID) {
+	srcs := append([]tidemark.SnapshotSource{c.src}, c.readers...)
+	if c.pool != nil {
+		srcs = c.pool.srcs
+	}
+	for _, src := range srcs {
+		if f, ok := src.(interface{ Forget(tidemark.TableID) }); ok {
+			f.Forget(id)
+		}
+	}
+}
+
+// tableRead is one read of table (see table). *held is whether the target
+// held rows of the table before the first read began: a read restarted
+// after a schema change finds the rows of the read before it, which are
+// this run's (read after the capture, every later change of them in the
+// stream), and keeps the first read's answer.
+func (c *CatchUp) tableRead(ctx context.Context, snap tidemark.Snapshot, id tidemark.TableID, initial bool, bound tidemark.SnapshotBoundary, enclosed bool, fr *firstRun, heldBefore **bool) (TableReport, error) {
 	tr := TableReport{Table: id}
 	tc := c.tableConfig(id)
 	var wm *tidemark.Watermark
@@ -535,10 +595,14 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 			return tr, c.resumeTable(ctx, snap, tbl, tc, rec, fr, &tr)
 		}
 	}
-	held, err := c.targetHeldRows(ctx, id, tc)
-	if err != nil {
-		return tr, err
+	if *heldBefore == nil {
+		h, err := c.targetHeldRows(ctx, id, tc)
+		if err != nil {
+			return tr, err
+		}
+		*heldBefore = &h
 	}
+	held := **heldBefore
 	// fullDiff is the delete detection of a full read.
 	fullDiff, err := c.fullReadDiff(ctx, id, tc, held, initial)
 	if err != nil {

@@ -199,7 +199,9 @@ func (fr *firstRun) resumable(tbl *tidemark.Table) *firstRunRecord {
 	if fr == nil {
 		return nil
 	}
+	fr.mu.Lock()
 	rec := fr.records[tbl.ID]
+	fr.mu.Unlock()
 	if rec == nil {
 		return nil
 	}
@@ -208,6 +210,21 @@ func (fr *firstRun) resumable(tbl *tidemark.Table) *firstRunRecord {
 		return nil
 	}
 	return rec
+}
+
+// restart prepares a table's read to start again from its first chunk
+// (a schema change during it): the interrupted run's record, if any, is
+// not resumed, and the next write expects the state the read before wrote.
+func (fr *firstRun) restart(id tidemark.TableID) {
+	if fr == nil {
+		return
+	}
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	delete(fr.records, id)
+	if slices.Contains(fr.written, id) {
+		fr.prior[id] = tidemark.TableSnapshotting
+	}
 }
 
 func keyNames(tbl *tidemark.Table) []string {
@@ -224,7 +241,9 @@ func (fr *firstRun) track(tbl *tidemark.Table, keyDiff bool, wm *tidemark.Waterm
 	if fr == nil {
 		return nil
 	}
+	fr.mu.Lock()
 	p := &tableProgress{fr: fr, id: tbl.ID, mode: fr.prior[tbl.ID]}
+	fr.mu.Unlock()
 	capture := captureOf(fr.snap)
 	p.rec.FirstRun = &capture
 	p.rec.Key = keyNames(tbl)

@@ -148,18 +148,8 @@ func TestFirstRunSnapshotTableRenamedAway(t *testing.T) {
 	ps := &procSet{f: f, t: t}
 	defer ps.killAll()
 	dp := ps.start("run", "--config", cfg)
-	// waiting reports whether a statement like pattern waits for a
-	// metadata lock.
-	waiting := func(pattern string) bool {
-		r, err := f.my.Execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'Waiting for table metadata lock' AND INFO LIKE ?", pattern)
-		if err != nil {
-			return false
-		}
-		n, _ := r.GetInt(0, 0)
-		return n > 0
-	}
 	// The snapshot listed the tables and waits for a_big.
-	if !testenv.WaitFor(60*time.Second, func() bool { return dp.exited() || waiting("SELECT %`"+db+"`.`a_big`%") }) || dp.exited() {
+	if !testenv.WaitFor(60*time.Second, func() bool { return dp.exited() || f.waitingForMDL("SELECT %`"+db+"`.`a_big`%") }) || dp.exited() {
 		t.Fatalf("the first-run snapshot did not wait for a_big:\n%s", tail(dp.stderr.String(), 20))
 	}
 	f.exec(t, "USE "+db, "RENAME TABLE t2 TO _t2_del, _t2_gho TO t2", "INSERT INTO t2 VALUES (5, 'after')", "UPDATE _t2_del SET v = 'del' WHERE id = 1")
@@ -173,7 +163,7 @@ func TestFirstRunSnapshotTableRenamedAway(t *testing.T) {
 	defer mover.Close()
 	moved := make(chan error, 1)
 	go func() { moved <- harness.Exec(mover, "RENAME TABLE "+db+".a_big TO "+db+".a_moved") }()
-	if !testenv.WaitFor(60*time.Second, func() bool { return waiting("RENAME TABLE %a_big%") }) {
+	if !testenv.WaitFor(60*time.Second, func() bool { return f.waitingForMDL("RENAME TABLE %a_big%") }) {
 		t.Fatal("the RENAME of a_big does not wait for the lock")
 	}
 	if err := harness.Exec(lock, "UNLOCK TABLES"); err != nil {
@@ -213,4 +203,15 @@ func TestFirstRunSnapshotTableRenamedAway(t *testing.T) {
 	if code := dp.stop(t); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, tail(dp.stderr.String(), 20))
 	}
+}
+
+// waitingForMDL reports whether a statement like pattern waits for a
+// metadata lock on the source.
+func (f *fixture) waitingForMDL(pattern string) bool {
+	r, err := f.my.Execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'Waiting for table metadata lock' AND INFO LIKE ?", pattern)
+	if err != nil {
+		return false
+	}
+	n, _ := r.GetInt(0, 0)
+	return n > 0
 }
