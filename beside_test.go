@@ -218,36 +218,11 @@ func TestBesideSnapshotWaitsForTheStream(t *testing.T) {
 		}}
 	feed := make(chan Chunk)
 	src := &besideSource{feed: feed}
-	p, err := NewPipeline(PipelineConfig{Source: "s", MaxDelay: time.Millisecond, StateInterval: time.Hour, Chunks: chunks,
-		Snapshot: func(context.Context, []TableID) (Version, error) {
-			return Version{}, errors.New("the blocking snapshot was used")
-		}}, src, nil, target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
+	p, errc, cancel := runBeside(t, chunks, func(context.Context, []TableID) (Version, error) {
+		return Version{}, errors.New("the blocking snapshot was used")
+	}, src, target)
 	defer cancel()
-	errc := make(chan error, 1)
-	go func() { errc <- p.Run(ctx, Position{}) }()
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		stopped := false
-		var err error
-		testenv.Eventually(t, 20*time.Second, what, func() bool {
-			select {
-			case err = <-errc:
-				stopped = true
-				return true
-			default:
-			}
-			target.mu.Lock()
-			defer target.mu.Unlock()
-			return cond()
-		})
-		if stopped {
-			t.Fatalf("waiting for %s: the pipeline stopped: %v", what, err)
-		}
-	}
+	waitFor := func(what string, cond func() bool) { t.Helper(); waitPipeline(t, errc, &target.mu, what, cond) }
 	// Row 1's INSERT: the table is new, its snapshot is queued beside
 	// the stream and the change is skipped (the chunk carries it).
 	feed <- Chunk{Changes: []Change{row(OpInsert, 1, 10)}, Commit: at(10)}
@@ -275,6 +250,43 @@ func TestBesideSnapshotWaitsForTheStream(t *testing.T) {
 	}
 	if _, ok := target.rows[tbl.KeyOf([]any{int64(1)})]; !ok {
 		t.Error("row 1 of the chunk is missing")
+	}
+}
+
+// runBeside runs a pipeline with chunks (snapshot for the in-loop ones)
+// from src into target; its Run's result goes to errc once cancel is
+// called (or it stops).
+func runBeside(t *testing.T, chunks ChunkSnapshotter, snapshot SnapshotFunc, src Source, target Sink) (*Pipeline, chan error, context.CancelFunc) {
+	t.Helper()
+	p, err := NewPipeline(PipelineConfig{Source: "s", MaxDelay: time.Millisecond, StateInterval: time.Hour, Chunks: chunks, Snapshot: snapshot}, src, nil, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx, Position{}) }()
+	return p, errc, cancel
+}
+
+// waitPipeline waits until cond (called with mu held) holds, and fails
+// the test when the pipeline (its Run's result on errc) stopped first.
+func waitPipeline(t *testing.T, errc chan error, mu *sync.Mutex, what string, cond func() bool) {
+	t.Helper()
+	stopped := false
+	var err error
+	testenv.Eventually(t, 20*time.Second, what, func() bool {
+		select {
+		case err = <-errc:
+			stopped = true
+			return true
+		default:
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return cond()
+	})
+	if stopped {
+		t.Fatalf("waiting for %s: the pipeline stopped: %v", what, err)
 	}
 }
 
@@ -359,18 +371,11 @@ func TestBesideTableGone(t *testing.T) {
 	target := &besideTarget{rows: map[Key]Version{}, states: map[TableID]TableState{}}
 	feed := make(chan Chunk)
 	var snapshots atomic.Int32
-	p, err := NewPipeline(PipelineConfig{Source: "s", MaxDelay: time.Millisecond, StateInterval: time.Hour, Chunks: &goneChunks{},
-		Snapshot: func(context.Context, []TableID) (Version, error) {
-			snapshots.Add(1)
-			return Version{Seq: 50}, nil // the Snapshotter of a table not on the source: its capture
-		}}, &besideSource{feed: feed}, nil, target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
+	_, errc, cancel := runBeside(t, &goneChunks{}, func(context.Context, []TableID) (Version, error) {
+		snapshots.Add(1)
+		return Version{Seq: 50}, nil // the Snapshotter of a table not on the source: its capture
+	}, &besideSource{feed: feed}, target)
 	defer cancel()
-	errc := make(chan error, 1)
-	go func() { errc <- p.Run(ctx, Position{}) }()
 	feed <- Chunk{Changes: []Change{{Op: OpInsert, Table: tbl, After: []any{int64(1)}, Version: Version{Seq: 10, Index: 1}, Size: 10}}, Commit: Position{GTID: "0-1-10"}}
 	var stopped error
 	testenv.Eventually(t, 20*time.Second, "the table streaming again", func() bool {
@@ -430,5 +435,81 @@ func TestRangesRoundTrip(t *testing.T) {
 	}
 	if out, err := DecodeRanges(""); err != nil || out != nil {
 		t.Fatalf("no progress: %#v, %v", out, err)
+	}
+}
+
+// boundaryTarget is a besideTarget whose consumers apply snapshots on
+// their own (SnapshotBoundary, the Kafka sink's): it logs the boundaries
+// and the applied changes of the snapshotted table, in order.
+type boundaryTarget struct {
+	*besideTarget
+	log []string
+}
+
+func (b *boundaryTarget) Apply(ctx context.Context, batch *Batch) (ApplyStats, error) {
+	b.mu.Lock()
+	for _, c := range batch.Changes {
+		b.log = append(b.log, fmt.Sprintf("%s %s", c.Op, c.Version))
+	}
+	b.mu.Unlock()
+	return b.besideTarget.Apply(ctx, batch)
+}
+
+func (b *boundaryTarget) BeginSnapshot(_ context.Context, _ string, id TableID, _ string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.log = append(b.log, "begin "+id.String())
+	return nil
+}
+
+func (b *boundaryTarget) EndSnapshot(_ context.Context, _ string, id TableID, v Version) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.log = append(b.log, "end "+id.String()+" "+v.String()+" "+string(b.states[id].Mode))
+	return nil
+}
+
+// TestBesideSnapshotBoundaries: with a sink whose consumers apply the
+// snapshot themselves (Kafka: the fan-out, the scale-out tailer), a
+// snapshot beside the stream publishes its begin boundary when it becomes
+// active, before its chunk and before the table's changes applied from
+// then on, and its end boundary after the last chunk, at the first chunk's
+// version (the consumers remove the rows older than it), before the table
+// is recorded streaming. Before, a Kafka target never got a snapshot
+// beside the stream (the daemon did not wire one), and the job published
+// no boundaries.
+func TestBesideSnapshotBoundaries(t *testing.T) {
+	tbl := &Table{ID: TableID{Database: "d", Name: "t"}, Columns: []Column{{Name: "id", Kind: KindInt}}, Key: []int{0}}
+	ins := func(id int64, seq uint64) Change {
+		return Change{Op: OpInsert, Table: tbl, After: []any{id}, Version: Version{Seq: seq, Index: 1}, Size: 10}
+	}
+	target := &boundaryTarget{besideTarget: &besideTarget{rows: map[Key]Version{}, states: map[TableID]TableState{}}}
+	at := func(seq int) Position { return Position{GTID: "0-1-" + strconv.Itoa(seq)} }
+	chunks := &besideChunks{snap: Snapshot{Position: at(30), Version: Version{Seq: 31}}, reading: make(chan struct{}), release: make(chan struct{}),
+		rows: func(s Snapshot) []Change {
+			c := Change{Op: OpRead, Table: tbl, After: []any{int64(1)}, Version: s.Version, Size: 10}
+			return []Change{c}
+		}}
+	feed := make(chan Chunk)
+	_, errc, cancel := runBeside(t, chunks, func(context.Context, []TableID) (Version, error) {
+		return Version{}, errors.New("the blocking snapshot was used")
+	}, &besideSource{feed: feed}, target)
+	defer cancel()
+	waitFor := func(what string, cond func() bool) { t.Helper(); waitPipeline(t, errc, &target.mu, what, cond) }
+	feed <- Chunk{Changes: []Change{ins(1, 10)}, Commit: at(10)} // admits the table: skipped, queued
+	<-chunks.reading
+	feed <- Chunk{Changes: []Change{ins(2, 20)}, Commit: at(20)}
+	waitFor("row 2 applied during the snapshot", func() bool { _, ok := target.rows[tbl.KeyOf([]any{int64(2)})]; return ok })
+	close(chunks.release)
+	waitFor("row 1 of the chunk", func() bool { _, ok := target.rows[tbl.KeyOf([]any{int64(1)})]; return ok })
+	feed <- Chunk{Changes: []Change{ins(3, 30)}, Commit: at(30)}
+	waitFor("the table streaming", func() bool { return target.states[tbl.ID].Mode == TableStreaming })
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"begin d.t", "c 20.1", "r 31.0", "c 30.1", "end d.t 31.0 snapshotting"}
+	if !reflect.DeepEqual(target.log, want) {
+		t.Fatalf("the sink saw %q, want %q", target.log, want)
 	}
 }

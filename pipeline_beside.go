@@ -52,6 +52,16 @@ import (
 //     Until then the table's changes and DDL are handled as during the
 //     read (applied; a schema change restarts the job).
 //
+// With a sink whose consumers apply the snapshot on their own (a
+// SnapshotBoundary: Kafka in the fan-out and the scale-out tailer), the
+// job publishes a begin boundary when it becomes active (step 1, instead
+// of dropping their table), and an end boundary at the first chunk's
+// version when it ends (step 5): each consumer then removes the rows older
+// than it. Every chunk row and every change the consumers apply after the
+// end is at least that version, so what it removes is what no chunk
+// carried: rows gone from the source (docs/SNAPSHOTS.md "With Kafka",
+// K1-K5).
+//
 // Recorded keys older than the chunk that landed are forgotten (they drop
 // nothing of a later chunk, whose version is not older): the set holds
 // the keys the table's changes touched during one chunk's read.
@@ -319,6 +329,17 @@ func (a *applier) driveBeside() error {
 				return nil
 			}
 			return fmt.Errorf("snapshot %s beside the stream: %w", j.id, err)
+		}
+		if bd, ok := p.reg.(SnapshotBoundary); ok {
+			// Kafka's consumers (the appliers): the begin boundary
+			// precedes every chunk and every change of the table
+			// applied from now on (kafka step 1).
+			if err := bd.BeginSnapshot(a.ctx, p.cfg.Source, j.id, j.reason); err != nil {
+				if a.ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("snapshot %s beside the stream: begin: %w", j.id, err)
+			}
 		}
 		p.bg.mu.Lock()
 		j.fresh = false
@@ -621,6 +642,19 @@ func (a *applier) finishBeside(j *besideJob) error {
 	}
 	p.bg.mu.Lock()
 	st := TableState{Table: j.id, Mode: TableStreaming, Reason: j.reason, Floor: j.floor}
+	p.bg.mu.Unlock()
+	if bd, ok := p.reg.(SnapshotBoundary); ok {
+		// Kafka's consumers remove the rows older than the first
+		// chunk's version: no chunk carried them (kafka step 4). A
+		// crash before the state below redoes the end (idempotent).
+		if err := bd.EndSnapshot(a.ctx, p.cfg.Source, j.id, st.Floor); err != nil {
+			if a.ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("finish snapshot of %s: end: %w", j.id, err)
+		}
+	}
+	p.bg.mu.Lock()
 	rows, dropped, chunks, resumed, took, nr := j.rows, j.dropped, j.chunks, j.resumed, time.Since(j.started), len(j.ranges)
 	p.bg.mu.Unlock()
 	if err := p.setState(a.ctx, st); err != nil {

@@ -85,7 +85,8 @@ type StreamTarget interface {
 	// RemoveBefore applies the end of a snapshot of table whose rows were
 	// stamped v, as one partition's applier sees it: the partition's rows
 	// of the snapshot came before (written with Batch.Refresh, so each is
-	// at v), so a target row older than v was not in the snapshot and is
+	// at v, or newer for a snapshot beside the stream: docs/SNAPSHOTS.md
+	// "With Kafka"), so a target row older than v was not in the snapshot and is
 	// gone from the source (v is above every change the snapshot saw and
 	// below every change it did not: Snapshot). Every such row is
 	// removed (soft-delete mode: marked deleted, keeping its version, so
@@ -119,6 +120,8 @@ type SnapshotBoundary interface {
 	// BeginSnapshot marks where the rows of a snapshot of table start.
 	BeginSnapshot(ctx context.Context, source string, table TableID, reason string) error
 	// EndSnapshot marks where they end: every row of the snapshot, stamped
-	// v, is before it.
+	// v (a snapshot beside the stream: v is its first chunk's version, and
+	// each chunk's rows are stamped with its own capture's, not older), is
+	// before it.
 	EndSnapshot(ctx context.Context, source string, table TableID, v Version) error
 }

@@ -68,10 +68,14 @@ func assemble(ctx context.Context, cfg *Config, log *slog.Logger, progress io.Wr
 		return nil, err
 	}
 	defer d.cl.closeOnError(&err)
-	if d.registry != nil && d.catchUp != nil && cfg.Target.Kafka == nil {
-		// PostgreSQL alone: a table's snapshot runs beside the stream, a
-		// chunk at a time, on a reader of its own (with Kafka it stays
-		// inside the apply loop).
+	_, tailer := d.target.(tailerTarget)
+	if (d.registry != nil || tailer) && d.catchUp != nil {
+		// A table's snapshot runs beside the stream, a chunk at a time,
+		// on readers of their own: with PostgreSQL alone, the
+		// PostgreSQL + Kafka fan-out and the scale-out tailer (whose
+		// chunks reach the appliers between snapshot boundaries:
+		// docs/SNAPSHOTS.md "Kafka"). Kafka alone keeps no table
+		// states, so it has no such snapshots.
 		for range cfg.snapshotParallelism() {
 			r, err := openChunkReader(d.tailer, &d.cl)
 			if err != nil {
@@ -415,8 +419,13 @@ func (d *daemon) pipelineConfig(cfg *Config, log *slog.Logger, onApply func(*tid
 		}
 	} else if tt, ok := d.target.(tailerTarget); ok && d.catchUp != nil {
 		// The scale-out tailer snapshots for resyncs and backfills, its
-		// rows between boundaries for the appliers (scaleout.go).
+		// rows between boundaries for the appliers (scaleout.go), beside
+		// the stream.
 		pc.Snapshot = d.catchUp.Snapshotter(d.reader, tt, nil)
+		if len(d.chunkReaders) > 0 {
+			idx, _ := d.chunkReaders[0].(tidemark.IndexLister)
+			pc.Chunks = d.catchUp.Chunks(d.chunkReaders, idx, tt)
+		}
 	}
 	if cfg.FallbackOn() {
 		pc.CatchUp = d.runCatchUp
