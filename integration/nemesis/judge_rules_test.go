@@ -88,7 +88,8 @@ time=2026-12-02T07:24:38.300Z level=INFO msg="removed target rows older than a s
 // rows a later replayed delete removed; the tables ended equal, but the
 // judge failed on "I5: t0 4: insert after newer delete: version 2008/177
 // then 1916/1". Only a process started after the checkpoint was deleted
-// counts, and only for the table it dropped or truncated.
+// counts, only for the table it dropped; a replayed TRUNCATE (rows at its
+// version or older removed, the horizon raised: 36edfe2) is no excuse.
 func TestJudgeExcusesReplayedDrop(t *testing.T) {
 	before := `time=2026-12-02T14:28:18.600Z level=INFO msg="dropping target table (source DROP TABLE)" component=postgres component=sink/postgres table="\"nm782051_3793e1\".\"t2\"" source_table=nm782051_3793e1.t2 reason=""
 `
@@ -106,7 +107,7 @@ time=2026-12-02T14:28:29.000Z level=INFO msg="truncating target table (source TR
 	}
 	c.startOverAt = 2
 	got := c.replayedDrops()
-	if !got["t0"] || !got["t1"] || got["t2"] || len(got) != 2 {
-		t.Fatalf("replayed %v, want t0 and t1 (t2 was dropped before the checkpoint was deleted)", got)
+	if !got["t0"] || len(got) != 1 {
+		t.Fatalf("replayed %v, want t0 alone (t1 was truncated, t2 dropped before the checkpoint was deleted)", got)
 	}
 }
