@@ -553,6 +553,14 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 		}
 		c.cfg.Logger.Warn("restarting the snapshot of a table from its first chunk", "table", id.String(),
 			"reason", "schema change during its snapshot", "rows_read", tr.Rows, "err", err)
+		if fr != nil && held != nil && !*held {
+			// Every row of the target table is the read's before: drop
+			// it, so that the new layout's target is made from empty
+			// (the older layout's rows lack a column added NOT NULL).
+			if rerr := fr.reg.ResetTable(ctx, c.cfg.Source, id); rerr != nil {
+				return tr, fmt.Errorf("reset %s before its snapshot restarts: %w", id, rerr)
+			}
+		}
 		fr.restart(id)
 	}
 }

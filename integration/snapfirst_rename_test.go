@@ -26,7 +26,24 @@ import (
 // reads a_big's layout and then waits on its first statement on the table;
 // the locking session renames the column (ALTER TABLE is allowed under its
 // own write lock), writes a row, and unlocks.
+//
+// The second case adds a NOT NULL column with a default instead: the read
+// raises no error then, but the sink's ensure of the new layout (from a
+// range read after the ALTER) over the rows of the older one failed ("column
+// \"z\" holds NULL in the target where the source declares NOT NULL") and,
+// once the read restarted, failed again over the rows of the first read;
+// the restart now drops the target table first when it held no rows before
+// the run (every row in it is the first read's).
 func TestFirstRunSnapshotColumnRenamed(t *testing.T) {
+	for _, c := range []struct{ name, alter, insert, update string }{
+		{"rename", "RENAME COLUMN c4_text TO c4_new", "(2001, 'after', 2001)", "c4_new = 'updated'"},
+		{"add_not_null", "ADD COLUMN z INT NOT NULL DEFAULT 7", "(2001, 'after', 2001, 8)", "z = 9"},
+	} {
+		t.Run(c.name, func(t *testing.T) { firstRunColumnChange(t, c.alter, c.insert, c.update) })
+	}
+}
+
+func firstRunColumnChange(t *testing.T, alter, insert, update string) {
 	f := newFixture(t)
 	db := testenv.Name("it_frcolren_")
 	f.dropLater(t, db, db)
@@ -56,11 +73,11 @@ func TestFirstRunSnapshotColumnRenamed(t *testing.T) {
 	if !testenv.WaitFor(60*time.Second, func() bool { return dp.exited() || f.waitingForMDL("SELECT %`"+db+"`.`a_big`%") }) || dp.exited() {
 		t.Fatalf("the first-run snapshot did not wait for a_big:\n%s", tail(dp.stderr.String(), 20))
 	}
-	if err := harness.Exec(lock, "ALTER TABLE "+db+".a_big RENAME COLUMN c4_text TO c4_new",
-		"INSERT INTO "+db+".a_big VALUES (2001, 'after', 2001)", "UNLOCK TABLES"); err != nil {
+	if err := harness.Exec(lock, "ALTER TABLE "+db+".a_big "+alter,
+		"INSERT INTO "+db+".a_big VALUES "+insert, "UNLOCK TABLES"); err != nil {
 		t.Fatal(err)
 	}
-	f.exec(t, "UPDATE "+db+".a_big SET c4_new = 'updated' WHERE id = 1", "INSERT INTO "+db+".b_small VALUES (4, 'four')")
+	f.exec(t, "UPDATE "+db+".a_big SET "+update+" WHERE id = 1", "INSERT INTO "+db+".b_small VALUES (4, 'four')")
 	if !testenv.WaitFor(120*time.Second, func() bool {
 		return dp.exited() || strings.Contains(dp.stderr.String(), "catch-up finished")
 	}) || dp.exited() {
