@@ -93,7 +93,7 @@ func (s *Sink) apply(ctx context.Context, b *tidemark.Batch, missing *bool) (tid
 	// table.
 	replan := false
 	for _, g := range p.groups {
-		if err := s.ensure(ctx, g.def, g.key, g.minVersion); err != nil {
+		if err := s.ensure(ctx, g.def, g.key, g.minVersion, g.nLoad > 0 && g.nLoad == len(g.rows.rows)); err != nil {
 			return tidemark.ApplyStats{}, fmt.Errorf("%s: %w", what, redact(err, s.secret))
 		}
 		replan = replan || s.projectionOf(g.key) != nil

@@ -37,8 +37,11 @@ func (s *Sink) ddlTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 // set when d is an older layout than the table's whose rows leave columns
 // out (older.go). at is the version of a change written with d's layout
 // (zero: none known), the layout's version when d.table.Since is zero
-// (layoutVersion).
-func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, at tidemark.Version, directSafe *bool, proj **projection) error {
+// (layoutVersion). load is set for the rows of a snapshot or catch-up
+// (only OpRead): a NOT NULL the existing table lacks is recorded as pending
+// in its alignment instead of set (the rows the load writes fill a column
+// it adds), and MirrorIndexes sets it after the load.
+func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, at tidemark.Version, load bool, directSafe *bool, proj **projection) error {
 	at = layoutVersion(d, at)
 	if err := s.freeTableName(ctx, tx, d); err != nil {
 		return err
@@ -79,7 +82,9 @@ func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, at tidemark
 		*proj = p
 		return err
 	}
-	ev, err := d.evolve(t, s.cfg.Schema, at)
+	policy := s.cfg.Schema
+	policy.deferNotNull = load
+	ev, err := d.evolve(t, policy, at)
 	if err != nil {
 		return err
 	}
@@ -217,7 +222,7 @@ func (s *Sink) EnsureTable(ctx context.Context, t *tidemark.Table) error {
 	if err != nil {
 		return err
 	}
-	if err := s.ensure(ctx, d, k, tidemark.Version{}); err != nil {
+	if err := s.ensure(ctx, d, k, tidemark.Version{}, false); err != nil {
 		return redact(err, s.secret)
 	}
 	return nil
@@ -225,8 +230,9 @@ func (s *Sink) EnsureTable(ctx context.Context, t *tidemark.Table) error {
 
 // ensure creates or evolves d's target table in its own transaction, once
 // per schema and process; at is the version of a change of the batch
-// written with d's layout (zero: none), see ensureTx.
-func (s *Sink) ensure(ctx context.Context, d *tableDef, k defKey, at tidemark.Version) error {
+// written with d's layout (zero: none), load that the batch's rows of d
+// are a load's, see ensureTx.
+func (s *Sink) ensure(ctx context.Context, d *tableDef, k defKey, at tidemark.Version, load bool) error {
 	if s.isEnsured(k) {
 		return nil
 	}
@@ -234,7 +240,7 @@ func (s *Sink) ensure(ctx context.Context, d *tableDef, k defKey, at tidemark.Ve
 	var proj *projection
 	err := tidemark.Retry(ctx, "prepare table "+d.display, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
 		directSafe, proj = false, nil
-		return s.ddlTx(ctx, func(tx pgx.Tx) error { return s.ensureTx(ctx, tx, d, at, &directSafe, &proj) })
+		return s.ddlTx(ctx, func(tx pgx.Tx) error { return s.ensureTx(ctx, tx, d, at, load, &directSafe, &proj) })
 	})
 	if err != nil {
 		return err

@@ -68,6 +68,9 @@ type SchemaPolicy struct {
 	// of a backfill follow the layout that needs them, so a NOT NULL
 	// added to a table with rows would stop the applier.
 	KeepNullable bool
+	// deferNotNull (a load's ensure, ensureTx) records a NOT NULL the
+	// table lacks in alignment.PendingNotNull instead of setting it.
+	deferNotNull bool
 }
 
 func (p SchemaPolicy) withDefaults() SchemaPolicy {
@@ -118,6 +121,10 @@ type alignment struct {
 	// (older.go).
 	Seq uint64 `json:"seq,omitempty"`
 	Idx uint32 `json:"idx,omitempty"`
+	// PendingNotNull lists the columns whose source NOT NULL a load
+	// deferred (ensureTx): MirrorIndexes sets it after the load, an
+	// evolution outside a load sets it at once.
+	PendingNotNull []string `json:"pending_not_null,omitempty"`
 }
 
 // since returns the version of the layout the table is aligned to (zero:
@@ -490,6 +497,10 @@ func (d *tableDef) evolve(t *targetTable, policy SchemaPolicy, at tidemark.Versi
 		if want, have := d.notNull[i], t.notNull[c.Name] && !added[c.Name]; want != have && !d.keySet[i] {
 			if want {
 				if policy.KeepNullable {
+					continue
+				}
+				if policy.deferNotNull {
+					ev.align.PendingNotNull = append(ev.align.PendingNotNull, c.Name)
 					continue
 				}
 				alter("ALTER COLUMN %s SET NOT NULL", q(c.Name))

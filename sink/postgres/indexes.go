@@ -501,11 +501,11 @@ func (s *Sink) logSkipOnce(id tidemark.TableID, sk skippedIndex) {
 var _ tidemark.IndexMirror = (*Sink)(nil)
 
 // MirrorIndexes implements tidemark.IndexMirror, in one transaction under
-// the DDL lock. With Config.SkipIndexes it does nothing.
+// the DDL lock. It first sets the NOT NULL a load deferred
+// (alignment.PendingNotNull): a NULL left in such a column quarantines the
+// table (constraintFailed names it). With Config.SkipIndexes it mirrors no
+// index.
 func (s *Sink) MirrorIndexes(ctx context.Context, id tidemark.TableID, idx []tidemark.Index) error {
-	if s.cfg.SkipIndexes {
-		return nil
-	}
 	_, _, qname, err := s.targetOf(id)
 	if err != nil {
 		return err
@@ -519,11 +519,17 @@ func (s *Sink) MirrorIndexes(ctx context.Context, id tidemark.TableID, idx []tid
 			if !t.exists || t.align == nil {
 				return nil // nothing loaded yet, or not a table tidemark aligns
 			}
-			before := maps.Clone(t.align.Indexes)
-			if _, err := s.mirrorTx(ctx, tx, id, qname, t, t.align, idx, false); err != nil {
+			pending := len(t.align.PendingNotNull) > 0
+			if err := s.setPendingNotNull(ctx, tx, id, qname, t); err != nil {
 				return err
 			}
-			if maps.Equal(before, t.align.Indexes) {
+			before := maps.Clone(t.align.Indexes)
+			if !s.cfg.SkipIndexes {
+				if _, err := s.mirrorTx(ctx, tx, id, qname, t, t.align, idx, false); err != nil {
+					return err
+				}
+			}
+			if !pending && maps.Equal(before, t.align.Indexes) {
 				return nil
 			}
 			if err := setAlignment(ctx, tx, qname, t.align); err != nil {
@@ -533,6 +539,28 @@ func (s *Sink) MirrorIndexes(ctx context.Context, id tidemark.TableID, idx []tid
 		})
 	})
 	return redact(err, s.secret)
+}
+
+// setPendingNotNull sets the NOT NULL a load deferred on t's columns
+// (alignment.PendingNotNull, cleared in t.align; the caller records it). A
+// column that still holds a NULL fails with the *tidemark.TableError that
+// quarantines the table, naming the table and the column.
+func (s *Sink) setPendingNotNull(ctx context.Context, tx pgx.Tx, id tidemark.TableID, qname string, t *targetTable) error {
+	for _, c := range t.align.PendingNotNull {
+		if _, ok := t.types[c]; !ok || t.notNull[c] {
+			continue // dropped since, or set by the stream's evolution
+		}
+		stmt := "ALTER TABLE " + qname + " ALTER COLUMN " + tidemark.QuotePostgres(c) + " SET NOT NULL"
+		s.log.Info("setting the NOT NULL of the source after the load", "table", qname, "source_table", id.String(), "ddl", stmt)
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			if cerr := constraintFailed(id, qname, err); cerr != nil {
+				return cerr
+			}
+			return fmt.Errorf("set NOT NULL on column %q of %s: %w", c, qname, err)
+		}
+	}
+	t.align.PendingNotNull = nil
+	return nil
 }
 
 // Plan returns the DDL the sink would run on the target for table t with

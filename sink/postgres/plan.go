@@ -35,6 +35,10 @@ type groupPlan struct {
 	// nInserts counts the upserts of inserted or read rows: when every row
 	// is one, the direct insert path is worth a try.
 	nInserts int
+	// nLoad counts the operations of a snapshot or catch-up: rows it read
+	// (OpRead) and deletes of its key diff (KeyOnly). A group of only
+	// those is a load (ensure defers SET NOT NULL).
+	nLoad int
 }
 
 type plannedOp struct {
@@ -264,8 +268,12 @@ func (pl *planner) group(b *tidemark.Batch, p *batchPlan) error {
 			groups[o.def] = g
 			p.groups = append(p.groups, g)
 		}
-		if err := g.add(o, b.Changes[o.change].Op); err != nil {
+		c := &b.Changes[o.change]
+		if err := g.add(o, c.Op); err != nil {
 			return err
+		}
+		if c.Op == tidemark.OpRead || (c.Op == tidemark.OpDelete && c.KeyOnly) {
+			g.nLoad++
 		}
 	}
 	return nil

@@ -1,0 +1,82 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"tidemark"
+)
+
+// withCode is simpleTable with a column the source added: code text NOT NULL.
+func withCode(name string) *tidemark.Table {
+	t := simpleTable(name)
+	t.Columns = append(t.Columns, tidemark.Column{Name: "code", Kind: tidemark.KindText})
+	return t
+}
+
+func readRow(t *tidemark.Table, ver tidemark.Version, vals ...any) tidemark.Change {
+	return tidemark.Change{Op: tidemark.OpRead, Table: t, After: vals, Version: ver}
+}
+
+// TestLoadAddsNotNullColumn: a catch-up reads the source's current layout,
+// with a NOT NULL column the target's rows lack. Its load adds the column
+// nullable (the rows it writes fill it) and MirrorIndexes sets the NOT NULL
+// after the load; a NULL left in the column then quarantines the table,
+// naming it and the column.
+func TestLoadAddsNotNullColumn(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name    string
+		reread  []int64 // the keys the load reads
+		gone    []int64 // the keys its key diff deletes, before the reads
+		wantErr bool
+	}{
+		{"every row re-read", []int64{1, 2}, nil, false},
+		{"key diff first", []int64{1}, []int64{2}, false},
+		{"a row left NULL", []int64{1}, nil, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			old, cur := simpleTable("items"), withCode("items")
+			e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{
+				ins(old, v(1, 1), int64(1), "a", int64(1)), ins(old, v(1, 2), int64(2), "b", int64(2))}})
+			if len(c.gone) > 0 {
+				var diff []tidemark.Change
+				for _, k := range c.gone {
+					diff = append(diff, tidemark.Change{Op: tidemark.OpDelete, Table: cur, Before: row(k, nil, nil, nil), KeyOnly: true, Version: v(5, 0)})
+				}
+				e.apply(&tidemark.Batch{Source: "s", Changes: diff})
+			}
+			var load []tidemark.Change
+			for _, k := range c.reread {
+				load = append(load, readRow(cur, v(5, 0), k, "n", int64(k), "c"))
+			}
+			e.apply(&tidemark.Batch{Source: "s", Changes: load})
+			notNull := func() []string {
+				return e.rows(`SELECT attnotnull FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'code'`, e.table("items"))
+			}
+			if got := notNull(); len(got) != 1 || got[0] != "false" {
+				t.Fatalf("code NOT NULL during the load = %v, want false", got)
+			}
+			err := e.sink.MirrorIndexes(ctx, cur.ID, nil)
+			if !c.wantErr {
+				if err != nil {
+					t.Fatalf("MirrorIndexes: %v", err)
+				}
+				if got := notNull(); len(got) != 1 || got[0] != "true" {
+					t.Fatalf("code NOT NULL after the load = %v, want true", got)
+				}
+				return
+			}
+			var te *tidemark.TableError
+			if !errors.As(err, &te) || te.Table != cur.ID || !strings.Contains(err.Error(), `column "code" holds NULL`) || !strings.Contains(err.Error(), e.table("items")) {
+				t.Fatalf("MirrorIndexes = %v, want a TableError naming %s and column code", err, e.table("items"))
+			}
+			if got := notNull(); len(got) != 1 || got[0] != "false" {
+				t.Fatalf("code NOT NULL = %v after the failure, want false", got)
+			}
+		})
+	}
+}
