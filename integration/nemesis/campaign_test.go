@@ -52,7 +52,8 @@ type campaign struct {
 	seed   uint64
 	rng    *rand.Rand
 	ext    *rand.Rand // the extension draws' stream (ext_test.go)
-	inExt  bool       // c.rng is ext's stream now (withExt)
+	late   *rand.Rand // the later draws' stream (late_test.go)
+	inExt  bool       // c.rng is ext's or late's stream now (withStream)
 	draws  []string
 	env    harness.Env
 	ctx    context.Context
@@ -64,6 +65,7 @@ type campaign struct {
 	cfg    string // config path
 	s      settings
 	tables []*table
+	large  *table              // the table preloadLarge filled (nil: none)
 	proxy  *harness.FaultProxy // the daemon's way to MariaDB
 	// I4 (run → PostgreSQL, version gtid): a ledger of db.ticks and a
 	// monitor of the checkpoint (harness, the reliability suite's).
@@ -385,11 +387,23 @@ func (c *campaign) setup() {
 	if c.s.start == "snapshot" && c.chance("kill_during_snapshot", 0.5) {
 		// kill -9 of the tailer inside its first-run snapshot, 1–3 times,
 		// under a light load with deletes (issue 22 §1b).
-		for i := c.intn("snapshot_kills", 1, 3); i > 0; i-- {
+		kills := c.intn("snapshot_kills", 1, 3)
+		deletes := c.drawKillDeletes()
+		for i := kills; i > 0; i-- {
 			c.burst(c.intn("txns", 1, 10), true)
-			c.sleep(time.Duration(c.intn("snapshot_kill_ms", 100, 2500)) * time.Millisecond)
+			pause := time.Duration(c.intn("snapshot_kill_ms", 100, 2500)) * time.Millisecond
+			if deletes {
+				// Instead of the pause: the kill as soon as the big
+				// table's copy has begun (the deletes need copied rows).
+				c.awaitLargeCopied()
+			} else {
+				c.sleep(pause)
+			}
 			c.res.faults["kill9_during_snapshot"]++
 			c.tailer.kill()
+			if deletes {
+				c.deleteCopied()
+			}
 			c.tailer = c.start("tailer", "run", "--config", c.cfg)
 		}
 	}
@@ -408,7 +422,8 @@ func dryRun(t *testing.T, seed uint64) *campaign {
 }
 
 func newCampaign(t *testing.T, seed uint64) *campaign {
-	c := &campaign{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), ext: rand.New(rand.NewPCG(seed^0x6e656d65, seed)), ctx: context.Background()}
+	c := &campaign{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), ext: rand.New(rand.NewPCG(seed^0x6e656d65, seed)),
+		late: rand.New(rand.NewPCG(seed^0x6c617465, seed^0x6e656d65)), ctx: context.Background()}
 	c.res.faults = map[string]int{}
 	return c
 }

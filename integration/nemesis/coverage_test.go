@@ -45,6 +45,7 @@ func dimensions() map[string][]string {
 		"legacy_charset":       legacy,
 		"long_name":            {"true", "false"},
 		"large_table":          {"true", "false"},
+		"kill_deletes":         {"true", "false"},
 		"ext_fault":            {"lock_session_kill", "checkpoint_delete", "nul_byte", "gtid_backwards"},
 		"fault": {"kill9_tailer", "stopcont_tailer", "kill9_standby", "kill9_applier", "stopcont_applier", "pg_restart", "mariadb_restart",
 			"net_reset", "net_latency", "net_blackhole", "purge_while_down", "kafka_restart", "partitions_increase"},

@@ -43,9 +43,13 @@ var legacyFamilies = []family{
 
 // withExt runs f with c.ext as the campaign's stream (every draw helper
 // then draws from it).
-func (c *campaign) withExt(f func()) {
-	c.rng, c.ext, c.inExt = c.ext, c.rng, true
-	defer func() { c.rng, c.ext, c.inExt = c.ext, c.rng, false }()
+func (c *campaign) withExt(f func()) { c.withStream(&c.ext, f) }
+
+// withStream runs f with *s as the campaign's stream; its draws are marked
+// with a leading "+".
+func (c *campaign) withStream(s **rand.Rand, f func()) {
+	c.rng, *s, c.inExt = *s, c.rng, true
+	defer func() { c.rng, *s, c.inExt = *s, c.rng, false }()
 	f()
 }
 
@@ -93,6 +97,7 @@ func (c *campaign) preloadLarge() {
 		}
 		tb := keyed[c.rng.IntN(len(keyed))]
 		c.draw("table", tb.name)
+		c.large = tb
 		n := c.intn("large_rows", 15000, 40000)
 		next, live := tb.next, tb.live
 		tb.next = 10_000_000
