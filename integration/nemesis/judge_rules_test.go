@@ -111,3 +111,20 @@ time=2026-12-02T14:28:29.000Z level=INFO msg="truncating target table (source TR
 		t.Fatalf("replayed %v, want t0 alone (t1 was truncated, t2 dropped before the checkpoint was deleted)", got)
 	}
 }
+
+// TestPartitionStopIsRecognised: the two documented stops after partitions
+// were added (sink/kafka partitionCountError and partitionChangeError, as
+// the tailer logs them) are restarted by the campaign; other stops are not.
+func TestPartitionStopIsRecognised(t *testing.T) {
+	for line, want := range map[string]bool{
+		`time=2026-12-02T09:01:02.048Z level=ERROR msg="pipeline stopped" err="apply batch of 56 changes (checkpoint gtid=0-1001-68320;file=mysql-bin.000070;pos=34853678;src=mariadb/1001/0/gtid/mysql-bin): publish batch in a transaction: the partition count of change topic nm570897_42ce22.nm570897_42ce22.t0 changed from 1 to 4 while the tailer ran: rows would go to partitions without their schema record, and a key's changes to two partitions; stopping before publishing by the new count (start the tailer again: …)"`: true,
+		`level=ERROR msg="pipeline stopped" err="the partition count of change topic p.d.t0 is 4, and was 1 when the tailer last published to it (partitions added while the tailer was stopped, or while it ran): the apply group has not applied every record of the old partitions after waiting 1m0s (…); stopping before publishing by it (…)"`:                                                                                                                                                                                     true,
+		`level=ERROR msg="pipeline stopped" err="the partition count of change topic p.d.t0 is 4, and the checkpoint does not say which count the tailer published by (written by an older tidemark): …"`:                                                                                                                                                                                                                                                                                                                                true,
+		`level=WARN msg="the partition count of change topic p.d.t0 changed from 1 to 4 while the tailer ran"`: false,
+		`level=ERROR msg="pipeline stopped" err="apply batch: connection refused"`:                             false,
+	} {
+		if got := partitionStop.MatchString(line); got != want {
+			t.Errorf("partitionStop matches %q: %v, want %v", line, got, want)
+		}
+	}
+}

@@ -113,9 +113,10 @@ func (c *campaign) judge() {
 	moved, movedAt := c.applied(), start
 	extended := false
 	for !settled() && time.Now().Before(deadline) {
+		c.restartPartitionStops()
 		stopped := false
 		for _, p := range c.procs {
-			if p.exited() && !p.killed && handedOverTo(p, c.procs) == nil {
+			if p.exited() && !p.killed && p.documented == "" && handedOverTo(p, c.procs) == nil {
 				stopped = true
 			}
 		}
@@ -142,7 +143,7 @@ func (c *campaign) judge() {
 	var fails []string
 	stops := map[*proc]string{}
 	for _, p := range c.procs {
-		if !p.exited() || p.killed || p.cmd.ProcessState.ExitCode() == 0 {
+		if !p.exited() || p.killed || p.documented != "" || p.cmd.ProcessState.ExitCode() == 0 {
 			continue
 		}
 		if by := handedOverTo(p, c.procs); by != nil {

@@ -24,6 +24,10 @@ type proc struct {
 	// exit status is then not a finding).
 	killed  bool
 	stopped bool // SIGSTOPped
+	// documented is the documented stop the campaign answered by starting
+	// the process again, as the error said to (restartPartitionStops): not
+	// a finding either.
+	documented string
 }
 
 func (c *campaign) start(role string, args ...string) *proc {
