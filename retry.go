@@ -77,8 +77,11 @@ func Retry(ctx context.Context, what string, b Backoff, classify func(error) boo
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
-		if !classify(err) || (b.Attempts > 0 && attempt >= b.Attempts) || (b.For > 0 && time.Since(start) >= b.For) {
+		if !classify(err) {
 			return fmt.Errorf("%s: %w", what, err)
+		}
+		if (b.Attempts > 0 && attempt >= b.Attempts) || (b.For > 0 && time.Since(start) >= b.For) {
+			return &exhaustedError{what: what, err: err}
 		}
 		d := b.Delay(attempt)
 		if log != nil {
@@ -93,6 +96,23 @@ func Retry(ctx context.Context, what string, b Backoff, classify func(error) boo
 		}
 	}
 }
+
+// ErrRetriesExhausted matches (errors.Is) the error Retry returns when a
+// transient error outlasted its attempts or its time: the peer did not
+// answer for that long, and another call to it now would most likely wait
+// as long again.
+var ErrRetriesExhausted = errors.New("retries exhausted")
+
+// exhaustedError is Retry's error after its retries ran out; its message is
+// the one of any other failure ("what: err").
+type exhaustedError struct {
+	what string
+	err  error
+}
+
+func (e *exhaustedError) Error() string        { return e.what + ": " + e.err.Error() }
+func (e *exhaustedError) Unwrap() error        { return e.err }
+func (e *exhaustedError) Is(target error) bool { return target == ErrRetriesExhausted }
 
 // RateLimitedLogger logs at most one line per Interval for a given message;
 // the lines it drops are counted in the next one it writes.

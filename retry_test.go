@@ -28,3 +28,20 @@ func TestRetryForEndsRetries(t *testing.T) {
 		t.Errorf("%d attempts in %s, want several", calls, took)
 	}
 }
+
+// TestRetryExhaustedIsMarked: the error of retries that ran out matches
+// ErrRetriesExhausted (a caller then does not ask the same peer again at
+// once); a permanent error does not, and both still unwrap to the cause.
+func TestRetryExhaustedIsMarked(t *testing.T) {
+	down := errors.New("down")
+	b := Backoff{Initial: time.Millisecond, Max: time.Millisecond, Attempts: 3}
+	err := Retry(context.Background(), "probe", b, func(error) bool { return true }, nil, func(context.Context) error { return down })
+	if !errors.Is(err, ErrRetriesExhausted) || !errors.Is(err, down) || err.Error() != "probe: down" {
+		t.Errorf("transient error after its attempts: %v (exhausted %v, cause %v), want probe: down marked exhausted",
+			err, errors.Is(err, ErrRetriesExhausted), errors.Is(err, down))
+	}
+	err = Retry(context.Background(), "probe", b, func(error) bool { return false }, nil, func(context.Context) error { return down })
+	if errors.Is(err, ErrRetriesExhausted) || !errors.Is(err, down) {
+		t.Errorf("permanent error: %v marked exhausted %v, want unmarked", err, errors.Is(err, ErrRetriesExhausted))
+	}
+}

@@ -534,25 +534,41 @@ func (c *CatchUp) table(ctx context.Context, snap tidemark.Snapshot, id tidemark
 			return TableReport{Table: id}, err
 		}
 		tr, err := c.tableRead(ctx, snap, id, initial, bound, enclosed, fr, &held)
-		if err == nil || ctx.Err() != nil || errors.Is(err, tidemark.ErrTableGone) {
+		if ctx.Err() != nil || errors.Is(err, tidemark.ErrTableGone) || errors.Is(err, tidemark.ErrRetriesExhausted) {
+			// (A source that did not answer for the retries' time
+			// would not answer the layout's query either: the error is
+			// returned at once instead of after as long again.)
 			return tr, err
 		}
+		// A read that succeeded may still have read rows of two layouts
+		// (an ADD COLUMN … NOT NULL DEFAULT during it raises no error, and
+		// a range read after it carries the new column while the rows
+		// read before lack it, though the source now holds the default
+		// in each): the layout is read again after every read, and a
+		// changed one restarts the read as a failed read does.
 		c.forget(id)
 		after, aerr := c.src.Table(ctx, id)
 		if aerr != nil {
 			if errors.Is(aerr, tidemark.ErrTableGone) {
 				return tr, aerr
 			}
+			if err == nil {
+				return tr, fmt.Errorf("read the layout of %s after its read: %w", id, aerr)
+			}
 			return tr, err
 		}
 		if after.Fingerprint() == before.Fingerprint() {
 			return tr, err
 		}
+		cause := err
+		if cause == nil {
+			cause = fmt.Errorf("the layout of %s changed while it was read", id)
+		}
 		if restarts == maxSchemaRestarts {
-			return tr, fmt.Errorf("read %s: its schema changed during each of %d reads: %w", id, restarts+1, err)
+			return tr, fmt.Errorf("read %s: its schema changed during each of %d reads: %w", id, restarts+1, cause)
 		}
 		c.cfg.Logger.Warn("restarting the snapshot of a table from its first chunk", "table", id.String(),
-			"reason", "schema change during its snapshot", "rows_read", tr.Rows, "err", err)
+			"reason", "schema change during its snapshot", "rows_read", tr.Rows, "err", cause)
 		if fr != nil && held != nil && !*held {
 			// Every row of the target table is the read's before: drop
 			// it, so that the new layout's target is made from empty
@@ -869,6 +885,10 @@ func (c *CatchUp) readParallel(ctx context.Context, req tidemark.ReadRequest, ra
 	}
 	var mu sync.Mutex
 	errs := make([]error, len(ranges))
+	// first is the error of the range that failed first: the others'
+	// errors after it are its consequence (the cancel ends their reads
+	// mid-retry, with the last error they saw, not context.Canceled).
+	var first error
 	readOne := func(k int, src tidemark.SnapshotSource) {
 		i := todo[k]
 		rq := req
@@ -878,6 +898,11 @@ func (c *CatchUp) readParallel(ctx context.Context, req tidemark.ReadRequest, ra
 			applied = func(next []any) error { return prog.advance(ctx, i, next) }
 		}
 		if errs[i] = c.readRange(ctx, src, rq, nil, tr, &mu, applied); errs[i] != nil {
+			mu.Lock()
+			if first == nil && ctx.Err() == nil {
+				first = errs[i]
+			}
+			mu.Unlock()
 			cancel()
 		}
 	}
@@ -905,6 +930,9 @@ func (c *CatchUp) readParallel(ctx context.Context, req tidemark.ReadRequest, ra
 			}()
 		}
 		wg.Wait()
+	}
+	if first != nil {
+		return first
 	}
 	for _, err := range errs {
 		if err != nil && !errors.Is(err, context.Canceled) {
