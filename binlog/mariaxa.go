@@ -26,7 +26,8 @@ import (
 // transaction with the XA COMMIT's version and position; at XA ROLLBACK the
 // prepared rows are dropped. An XA COMMIT whose XA PREPARE was never read
 // (a start position between the two) stops the stream: its rows are in no
-// part of the binlog tidemark reads.
+// part of the binlog tidemark reads (a snapshot's capture does not take
+// such a position: xacapture.go).
 const (
 	mariaFlPreparedXA  = 64  // FL_PREPARED_XA: the group is XA START … XA PREPARE
 	mariaFlCompletedXA = 128 // FL_COMPLETED_XA: the group is XA COMMIT/ROLLBACK

@@ -34,61 +34,8 @@ func TestMariaDBXA(t *testing.T) {
 		}
 	})
 	from := currentGTID(t, c)
-	// A session with a prepared XA transaction can do nothing else: each
-	// XA runs on a connection of its own, closed after XA PREPARE (the
-	// prepared transaction outlives it).
-	// MariaDB detaches a prepared XA transaction from its closed session
-	// asynchronously: until XA RECOVER lists it, an XA COMMIT/ROLLBACK from
-	// another session fails with XAER_NOTA (seen on a loaded machine). Wait
-	// for it to be listed, so the test resolves what it prepared.
-	xa := func(xid string, sqls ...string) {
-		t.Helper()
-		c2, err := client.Connect(addr, user, pass, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		exec(t, c2, sqls...)
-		c2.Close()
-		if !strings.HasPrefix(sqls[len(sqls)-1], "XA PREPARE") {
-			return
-		}
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			r, err := c.Execute("XA RECOVER")
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range r.Values {
-				if d, _ := r.GetStringByName(i, "data"); d == xid {
-					return
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("prepared XA %s not listed by XA RECOVER after 10 s", xid)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	// Listed is not yet detached: XA COMMIT/ROLLBACK from another session
-	// can still fail with XAER_NOTA for a moment after XA RECOVER lists
-	// the transaction (CI check at d5ec209, "XA ROLLBACK …: ERROR 1397
-	// (XAE04): XAER_NOTA: Unknown XID"). Retried for up to 10 s; another
-	// error, or XAER_NOTA for longer, fails the test.
-	resolve := func(stmt string) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			_, err := c.Execute(stmt)
-			var me *mysql.MyError
-			if err == nil {
-				return
-			}
-			if !errors.As(err, &me) || me.Code != mysql.ER_XAER_NOTA || time.Now().After(deadline) {
-				t.Fatalf("exec %q: %v", stmt, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	xa := func(xid string, sqls ...string) { t.Helper(); xaRun(t, c, addr, user, pass, xid, sqls...) }
+	resolve := func(stmt string) { t.Helper(); xaResolve(t, c, stmt) }
 	xa(x1, fmt.Sprintf("XA START '%s'", x1), "INSERT INTO "+db+".t VALUES (1, 1), (2, 2)", fmt.Sprintf("XA END '%s'", x1), fmt.Sprintf("XA PREPARE '%s'", x1))
 	exec(t, c, "INSERT INTO "+db+".t VALUES (3, 3)")
 	// While x1 is prepared nothing is emitted: the position must stay
@@ -164,4 +111,60 @@ func toInt(v any) int64 {
 		return x
 	}
 	return -1
+}
+
+// xaRun runs sqls on a connection of its own, closed after them: a session
+// with a prepared XA transaction can do nothing else, and the prepared
+// transaction outlives it. After an XA PREPARE it waits until XA RECOVER
+// lists xid: MariaDB detaches a prepared XA transaction from its closed
+// session asynchronously, and until then an XA COMMIT/ROLLBACK from another
+// session fails with XAER_NOTA (seen on a loaded machine).
+func xaRun(t *testing.T, c *client.Conn, addr, user, pass, xid string, sqls ...string) {
+	t.Helper()
+	c2, err := client.Connect(addr, user, pass, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec(t, c2, sqls...)
+	c2.Close()
+	if !strings.HasPrefix(sqls[len(sqls)-1], "XA PREPARE") {
+		return
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := c.Execute("XA RECOVER")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range r.Values {
+			if d, _ := r.GetStringByName(i, "data"); d == xid {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("prepared XA %s not listed by XA RECOVER after 10 s", xid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// xaResolve runs an XA COMMIT/ROLLBACK of a prepared transaction. Listed is
+// not yet detached: it can still fail with XAER_NOTA for a moment after XA
+// RECOVER lists the transaction (CI check at d5ec209, "XA ROLLBACK …: ERROR
+// 1397 (XAE04): XAER_NOTA: Unknown XID"). Retried for up to 10 s; another
+// error, or XAER_NOTA for longer, fails the test.
+func xaResolve(t *testing.T, c *client.Conn, stmt string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := c.Execute(stmt)
+		var me *mysql.MyError
+		if err == nil {
+			return
+		}
+		if !errors.As(err, &me) || me.Code != mysql.ER_XAER_NOTA || time.Now().After(deadline) {
+			t.Fatalf("exec %q: %v", stmt, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -126,10 +126,14 @@ func (r *Reader) Capture(ctx context.Context) (tidemark.Snapshot, error) {
 	r.mu.Unlock()
 	var file, gtid, now string
 	var pos uint64
-	err := tidemark.Retry(ctx, "capture source position", queryRetry, isTransient, r.t.rl, func(ctx context.Context) error {
-		var err error
-		file, pos, gtid, now, err = r.capture(ctx)
-		return err
+	var err error
+	file, pos, gtid, now, err = r.captureOutsideXA(ctx, func(ctx context.Context) (file string, pos uint64, gtid, now string, err error) {
+		err = tidemark.Retry(ctx, "capture source position", queryRetry, isTransient, r.t.rl, func(ctx context.Context) error {
+			var err error
+			file, pos, gtid, now, err = r.capture(ctx)
+			return err
+		})
+		return file, pos, gtid, now, err
 	})
 	if err != nil {
 		return s, fmt.Errorf("capture position of %s: %w", r.t.cfg.Name, err)
