@@ -34,9 +34,16 @@ func (e *fencedError) Error() string {
 func (e *fencedError) Unwrap() []error { return []error{ErrFenced, e.err} }
 
 // isFenced reports whether err is the broker fencing this producer: another
-// producer initialized the same transactional id with a newer epoch.
+// producer initialized the same transactional id with a newer epoch
+// (PRODUCER_FENCED). INVALID_PRODUCER_EPOCH on a produce is not one by
+// itself: the transaction coordinator answers it too after it aborted the
+// transaction on its own (transaction_timeout passed, as across a broker
+// restart) and bumped the epoch. Aborting tells the two apart (abort): the
+// coordinator answers the abort with PRODUCER_FENCED only when another
+// producer took the id over, and accepts it after its own abort (measured
+// on Apache Kafka 4.4, TestKafkaTransactionAbortedByCoordinatorRecovers).
 func isFenced(err error) bool {
-	return errors.Is(err, ErrFenced) || errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch)
+	return errors.Is(err, ErrFenced) || errors.Is(err, kerr.ProducerFenced)
 }
 
 // unresolvedCommitError is a commit whose outcome could not be learned
@@ -75,7 +82,8 @@ func retryable(err error) bool {
 	if errors.As(err, &ke) {
 		switch ke {
 		case kerr.TransactionAbortable, kerr.OperationNotAttempted, kerr.UnknownProducerID,
-			kerr.InvalidProducerIDMapping, kerr.ConcurrentTransactions:
+			kerr.InvalidProducerIDMapping, kerr.ConcurrentTransactions,
+			kerr.InvalidProducerEpoch: // the transaction was aborted (abort), not fenced
 			return true
 		}
 		return ke.Retriable

@@ -567,8 +567,12 @@ func (s *Sink) abort(ctx context.Context) error {
 	if err := s.cl.AbortBufferedRecords(ctx); err != nil {
 		return fmt.Errorf("abort transaction: %w", err)
 	}
-	// A fenced producer must not try to recover its id: that would
-	// re-initialize the transactional id and fence the newer instance.
+	// A fenced producer must not try to recover its id (PRODUCER_FENCED
+	// stays). A producer id failed with INVALID_PRODUCER_EPOCH goes on to
+	// EndTransaction: franz-go re-initializes it with its own id and
+	// epoch, which the broker refuses with PRODUCER_FENCED when another
+	// instance took the id over, and which ends the transaction when the
+	// coordinator aborted it on its own (isFenced).
 	if _, _, err := s.cl.ProducerID(ctx); isFenced(err) {
 		return fmt.Errorf("abort transaction: %w", err)
 	}
