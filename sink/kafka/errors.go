@@ -85,6 +85,12 @@ func retryable(err error) bool {
 			kerr.InvalidProducerIDMapping, kerr.ConcurrentTransactions,
 			kerr.InvalidProducerEpoch: // the transaction was aborted (abort), not fenced
 			return true
+		case kerr.OutOfOrderSequenceNumber:
+			// A produce that failed while the next one to its
+			// partition was in flight leaves that one out of sequence;
+			// franz-go hands it back. The transaction (or batch) is
+			// aborted and published again, with a reset sequence.
+			return true
 		}
 		return ke.Retriable
 	}
