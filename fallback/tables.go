@@ -161,6 +161,14 @@ func mirrorIndexes(ctx context.Context, idx tidemark.IndexLister, reg tidemark.I
 	return nil
 }
 
+// MirrorAfterLoad mirrors the indexes of the tables a RunReport loaded
+// (`tidemark catchup --table`): a load into a target table that holds rows
+// drops its mirrored unique constraints, which this builds again. A table
+// whose rows violate one is quarantined in reg.
+func (c *CatchUp) MirrorAfterLoad(ctx context.Context, rep Report, idx tidemark.IndexLister, reg Registry) error {
+	return c.mirrorAfterLoad(ctx, rep, idx, reg, map[tidemark.TableID]bool{})
+}
+
 // mirrorAfterLoad mirrors the indexes of the tables a catch-up loaded. A
 // table whose rows violate a mirrored constraint is quarantined.
 func (c *CatchUp) mirrorAfterLoad(ctx context.Context, rep Report, idx tidemark.IndexLister, reg Registry, skip map[tidemark.TableID]bool) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -111,7 +112,13 @@ func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, at tidemark
 	if len(drops) > 0 {
 		ev.align.Indexes = t.align.Indexes
 	}
-	if t.align == nil || len(ev.stmts) > 0 || len(drops) > 0 || !sameAlignment(t.align, ev.align) {
+	unloaded := 0
+	if load {
+		if unloaded, err = s.dropUniqueForLoad(ctx, tx, d, ev.align); err != nil {
+			return err
+		}
+	}
+	if t.align == nil || len(ev.stmts) > 0 || len(drops) > 0 || unloaded > 0 || !sameAlignment(t.align, ev.align) {
 		if err := setAlignment(ctx, tx, d.qname, ev.align); err != nil {
 			return d.wrap("record the schema of", err)
 		}
@@ -156,6 +163,51 @@ func (s *Sink) ensureIndexes(ctx context.Context, tx pgx.Tx, d *tableDef) error 
 		return d.wrap("record the indexes of", err)
 	}
 	return nil
+}
+
+// dropUniqueForLoad drops the mirrored unique constraints (UNIQUE and
+// EXCLUDE: the alignment's "ALTER TABLE … ADD CONSTRAINT" entries) of the
+// existing target table of d before a load writes into it, removes them
+// from a and sets a.UniqueAfterLoad; it returns how many it dropped. A
+// load that reads the whole table (a first run again after a deleted
+// checkpoint or a purged binlog, a window catch-up) commits one chunk at a
+// time, and a chunk may give a row the unique value that a stale target
+// row still holds (the source moved it to another key since; that row is
+// rewritten or removed later in the same load): checked at each chunk's
+// commit, the constraint would fail on an intermediate state. The load's
+// caller builds them again once every row is in (MirrorIndexes), where a
+// violation means a target row the load did not rewrite, and quarantines
+// the table. The primary key (the upserts' ON CONFLICT arbiter, the
+// business key) stays; so do the non-unique indexes.
+func (s *Sink) dropUniqueForLoad(ctx context.Context, tx pgx.Tx, d *tableDef, a *alignment) (int, error) {
+	if a == nil || s.cfg.SkipIndexes {
+		return 0, nil
+	}
+	n := 0
+	for _, name := range slices.Sorted(maps.Keys(a.Indexes)) {
+		create := a.Indexes[name]
+		if !strings.HasPrefix(create, "ALTER TABLE") {
+			continue
+		}
+		stmt := dropFor(d.schema, d.qname, name, create)
+		s.log.Info("dropping a mirrored unique constraint for a load into the table (built again after the load)",
+			"table", d.display, "source_table", d.id.String(), "constraint", name, "ddl", stmt)
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			return n, d.wrap("alter table", err)
+		}
+		if n == 0 {
+			a.Indexes = maps.Clone(a.Indexes)
+		}
+		delete(a.Indexes, name)
+		n++
+	}
+	if n > 0 {
+		a.UniqueAfterLoad = true
+		if len(a.Indexes) == 0 {
+			a.Indexes = nil
+		}
+	}
+	return n, nil
 }
 
 // directTypesMatch reports whether every column the direct insert path
@@ -233,7 +285,12 @@ func (s *Sink) EnsureTable(ctx context.Context, t *tidemark.Table) error {
 // written with d's layout (zero: none), load that the batch's rows of d
 // are a load's, see ensureTx.
 func (s *Sink) ensure(ctx context.Context, d *tableDef, k defKey, at tidemark.Version, load bool) error {
-	if s.isEnsured(k) {
+	// A load ensures on its own (its ensureTx drops the mirrored unique
+	// constraints): once per layout and process, and again after
+	// MirrorIndexes built them (forgetTable).
+	ek := k
+	ek.load = load
+	if s.isEnsured(ek) {
 		return nil
 	}
 	var directSafe bool
@@ -247,6 +304,6 @@ func (s *Sink) ensure(ctx context.Context, d *tableDef, k defKey, at tidemark.Ve
 	}
 	s.setDirectSafe(k, directSafe)
 	s.setProjection(k, proj)
-	s.markEnsured(k)
+	s.markEnsured(ek)
 	return nil
 }

@@ -125,6 +125,10 @@ type alignment struct {
 	// deferred (ensureTx): MirrorIndexes sets it after the load, an
 	// evolution outside a load sets it at once.
 	PendingNotNull []string `json:"pending_not_null,omitempty"`
+	// UniqueAfterLoad is set while a load (ensureTx) has dropped the
+	// table's mirrored unique constraints: only MirrorIndexes, after the
+	// load, builds them again (indexes.go, "During a load").
+	UniqueAfterLoad bool `json:"unique_after_load,omitempty"`
 }
 
 // since returns the version of the layout the table is aligned to (zero:
@@ -401,6 +405,7 @@ func (d *tableDef) evolve(t *targetTable, policy SchemaPolicy, at tidemark.Versi
 		oldKey = old.Key
 		ev.align.Kept = slices.Clone(old.Kept)
 		ev.align.Indexes = old.Indexes
+		ev.align.UniqueAfterLoad = old.UniqueAfterLoad
 	}
 	if newKey := d.table.KeyNames(); !slices.Equal(oldKey, newKey) {
 		return nil, d.incompatible("business key changed from (%s) to (%s)", strings.Join(oldKey, ", "), strings.Join(newKey, ", "))

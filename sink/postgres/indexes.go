@@ -55,6 +55,18 @@ import (
 // changed definition (a different column list under the same name, a
 // renamed column) is dropped and built again.
 //
+// During a load (the OpRead rows of a snapshot or catch-up, ensureTx) into
+// an existing table, the mirrored unique constraints are dropped first
+// (dropUniqueForLoad, alignment.UniqueAfterLoad) and only MirrorIndexes,
+// which every load of the daemon calls once its rows are in, builds them
+// again; the stream and the DDL events leave them away meanwhile. A load
+// commits chunk by chunk, and a full read over a target that holds the
+// table (a first run again after a deleted checkpoint, a purged binlog)
+// passes through states the source never had: a row given a unique value
+// that a stale row, rewritten by a later chunk, still holds. Readers see
+// the table without those constraints until the load ends. The primary key
+// (the business key, the upserts' arbiter) always stays.
+//
 // A constraint the target's rows cannot satisfy — SET NOT NULL over a
 // NULL, a unique index over duplicates, at DDL time or when a batch
 // commits — means the target is not what the source holds (for example an
@@ -393,6 +405,9 @@ func (s *Sink) mirrorTx(ctx context.Context, tx pgx.Tx, id tidemark.TableID, qna
 			s.logSkipOnce(id, skippedIndex{index: sp.name, reason: "the target table already has an index of that name that tidemark did not create"})
 			continue
 		}
+		if a.UniqueAfterLoad && strings.HasPrefix(sp.create, "ALTER TABLE") {
+			continue // a load dropped it: MirrorIndexes builds it after the load
+		}
 		stmts = append(stmts, sp.create)
 		creates = append(creates, sp)
 	}
@@ -503,8 +518,10 @@ var _ tidemark.IndexMirror = (*Sink)(nil)
 // MirrorIndexes implements tidemark.IndexMirror, in one transaction under
 // the DDL lock. It first sets the NOT NULL a load deferred
 // (alignment.PendingNotNull): a NULL left in such a column quarantines the
-// table (constraintFailed names it). With Config.SkipIndexes it mirrors no
-// index.
+// table (constraintFailed names it). It builds the unique constraints a
+// load dropped (alignment.UniqueAfterLoad, dropUniqueForLoad): rows that
+// violate one quarantine the table the same way. With Config.SkipIndexes
+// it mirrors no index.
 func (s *Sink) MirrorIndexes(ctx context.Context, id tidemark.TableID, idx []tidemark.Index) error {
 	_, _, qname, err := s.targetOf(id)
 	if err != nil {
@@ -519,10 +536,12 @@ func (s *Sink) MirrorIndexes(ctx context.Context, id tidemark.TableID, idx []tid
 			if !t.exists || t.align == nil {
 				return nil // nothing loaded yet, or not a table tidemark aligns
 			}
-			pending := len(t.align.PendingNotNull) > 0
+			pending := len(t.align.PendingNotNull) > 0 || t.align.UniqueAfterLoad
 			if err := s.setPendingNotNull(ctx, tx, id, qname, t); err != nil {
 				return err
 			}
+			// The unique constraints a load dropped are built now.
+			t.align.UniqueAfterLoad = false
 			before := maps.Clone(t.align.Indexes)
 			if !s.cfg.SkipIndexes {
 				if _, err := s.mirrorTx(ctx, tx, id, qname, t, t.align, idx, false); err != nil {
@@ -538,6 +557,11 @@ func (s *Sink) MirrorIndexes(ctx context.Context, id tidemark.TableID, idx []tid
 			return nil
 		})
 	})
+	if err == nil {
+		// The next load into the table ensures again (and drops the
+		// unique constraints built now: dropUniqueForLoad).
+		s.forgetTable(id)
+	}
 	return redact(err, s.secret)
 }
 

@@ -82,6 +82,9 @@ type defKey struct {
 	// indexes is the table's secondary indexes when the schema knows
 	// them: a new index list is ensured (mirrored) again.
 	indexes string
+	// load marks the ensure of a load's rows (Sink.ensure): only in the
+	// ensured set.
+	load bool
 }
 
 var (
