@@ -26,8 +26,10 @@
 //     orders against binlog versions; see tidemark.Snapshot) and store
 //     W = U in the same transaction as the last chunk. A table without a
 //     dated row (MAX is NULL) stores nothing.
-//  6. Optionally detect hard deletes with a key diff: chunk checksums of the
-//     keys on both sides, key lists only inside mismatching chunks.
+//  6. Optionally detect hard deletes with a key diff: one checksum of all
+//     the keys on each side, computed by both servers at once; only when
+//     they differ, chunk checksums of the keys on both sides, key lists
+//     only inside mismatching chunks.
 //  7. Store the captured position as the checkpoint; streaming resumes
 //     there, and the overlap is absorbed by the version guard (and dedupe).
 //
@@ -1104,6 +1106,10 @@ func (c *CatchUp) keyDiff(ctx context.Context, snap tidemark.Snapshot, id tidema
 	if err != nil {
 		return err
 	}
+	same, err := c.sameKeys(ctx, id, tbl)
+	if err != nil || same {
+		return err
+	}
 	var after []any
 	for {
 		kc, err := c.src.KeyChunk(ctx, id, after, c.cfg.KeyChunkRows)
@@ -1150,6 +1156,34 @@ func (c *CatchUp) keyDiff(ctx context.Context, snap tidemark.Snapshot, id tidema
 		}
 		after = kc.Last
 	}
+}
+
+// sameKeys compares the checksum of all the source's keys with the
+// target's, both computed by their server (no key leaves either) and at
+// the same time. Equal, the key sets are equal but with the probability of
+// a 60-bit hash collision (see tidemark.KeySum): the diff is done without
+// listing a key, which is the usual catch-up, where nothing was
+// hard-deleted. Different, the chunk pass finds the chunks that differ.
+func (c *CatchUp) sameKeys(ctx context.Context, id tidemark.TableID, tbl *tidemark.Table) (bool, error) {
+	var (
+		src    tidemark.KeySum
+		srcErr error
+		wg     sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		src, srcErr = c.src.KeyRangeSum(ctx, id, nil, nil)
+	}()
+	tgt, err := c.keys.KeyRangeSum(ctx, tbl, nil, nil)
+	wg.Wait()
+	if srcErr != nil {
+		return false, srcErr
+	}
+	if err != nil {
+		return false, err
+	}
+	return src == tgt, nil
 }
 
 // keyString is the canonical text of a key on either side.

@@ -2,8 +2,11 @@ package fallback
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -22,6 +25,7 @@ type fakeSource struct {
 	countAbove func(t time.Time) (int64, error)
 	read       func(req tidemark.ReadRequest) (tidemark.ReadResult, error)
 	keyChunk   func(after []any, limit int) (tidemark.KeyChunk, error)
+	keySum     func(after, upTo []any) tidemark.KeySum // optional
 }
 
 func (f *fakeSource) Capture(ctx context.Context) (tidemark.Snapshot, error) { return f.capture() }
@@ -50,7 +54,10 @@ func (f *fakeSource) KeyChunk(ctx context.Context, id tidemark.TableID, after []
 	return f.keyChunk(after, limit)
 }
 func (f *fakeSource) KeyRangeSum(ctx context.Context, id tidemark.TableID, after, upTo []any) (tidemark.KeySum, error) {
-	return tidemark.KeySum{}, nil
+	if f.keySum == nil {
+		return tidemark.KeySum{}, nil
+	}
+	return f.keySum(after, upTo), nil
 }
 
 type fakeTarget struct {
@@ -531,5 +538,107 @@ func TestResyncInsideCallersBoundaries(t *testing.T) {
 	}
 	if _, err := c.RunReport(context.Background(), []tidemark.TableID{tid}); err == nil || !strings.Contains(err.Error(), "cannot be found") {
 		t.Fatalf("without boundaries or keys: err %v, want the deletes 'cannot be found'", err)
+	}
+}
+
+// keySet is a set of integer keys with the checksums both sides compute
+// (count and the sum of a 60-bit hash of each key's text).
+type keySet []int64
+
+func (ks keySet) in(after, upTo []any) keySet {
+	var out keySet
+	for _, k := range ks {
+		if (after == nil || k > after[0].(int64)) && (upTo == nil || k <= upTo[0].(int64)) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func (ks keySet) sum() tidemark.KeySum {
+	var total uint64 // 64 keys of 60 bits cannot overflow it
+	for _, k := range ks {
+		h := sha256.Sum256([]byte(strconv.FormatInt(k, 10)))
+		total += binary.BigEndian.Uint64(h[:8]) >> 4
+	}
+	return tidemark.KeySum{Count: int64(len(ks)), Sum: strconv.FormatUint(total, 10)}
+}
+
+// TestKeyDiffFindsADeleteHiddenByEqualCounts: the target holds key 7,
+// deleted on the source, and lacks key 21, which the source holds (a row
+// the window did not read): the whole table and the chunk of both have the
+// same count on either side. Only the extra key is deleted. With equal key
+// sets, neither side lists a key (the whole-table sums match).
+func TestKeyDiffFindsADeleteHiddenByEqualCounts(t *testing.T) {
+	var all keySet
+	for k := int64(1); k <= 20; k++ {
+		all = append(all, k)
+	}
+	for _, tc := range []struct {
+		name     string
+		src, tgt keySet
+		want     string
+	}{
+		{"delete hidden by a missing key", append(append(keySet{}, all[:6]...), append(all[7:], 21)...), all, "7"},
+		{"equal keys", all, all, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			listed := 0
+			src := &fakeSource{
+				capture: func() (tidemark.Snapshot, error) { return snap, nil },
+				tables:  []tidemark.TableID{tid}, table: table,
+				read: func(req tidemark.ReadRequest) (tidemark.ReadResult, error) {
+					return tidemark.ReadResult{}, nil
+				},
+				keyChunk: func(after []any, limit int) (tidemark.KeyChunk, error) {
+					listed++
+					ks := tc.src.in(after, nil)
+					var kc tidemark.KeyChunk
+					if len(ks) > limit {
+						ks = ks[:limit]
+						kc.Last = []any{ks[limit-1]}
+					}
+					for _, k := range ks {
+						kc.Keys = append(kc.Keys, []any{k})
+					}
+					kc.Sum = ks.sum()
+					return kc, nil
+				},
+				keySum: func(after, upTo []any) tidemark.KeySum { return tc.src.in(after, upTo).sum() },
+			}
+			tgt := &fakeTarget{
+				watermark: func() (time.Time, bool, error) { return time.Time{}, false, nil },
+				keySum:    func(after, upTo []any) tidemark.KeySum { return tc.tgt.in(after, upTo).sum() },
+				keys: func(after, upTo []any) [][]any {
+					listed++
+					var out [][]any
+					for _, k := range tc.tgt.in(after, upTo) {
+						out = append(out, []any{strconv.FormatInt(k, 10)})
+					}
+					return out
+				},
+			}
+			cu, err := New(Config{Source: "s", KeyChunkRows: 10, Tables: map[string]TableConfig{tid.String(): {DeleteDetection: DeletesKeyDiff}}}, src, tgt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cu.RunReport(context.Background(), nil); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, b := range tgt.batches {
+				for _, c := range b.Changes {
+					if c.Op == tidemark.OpDelete {
+						got = append(got, keyString(c.Before[:1]))
+					}
+				}
+			}
+			if strings.Join(got, ",") != tc.want {
+				t.Fatalf("deleted %v, want %q", got, tc.want)
+			}
+			if tc.want == "" && listed != 0 {
+				t.Fatalf("equal key sets: %d key listings, want none", listed)
+			}
+		})
 	}
 }

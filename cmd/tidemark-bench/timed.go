@@ -92,3 +92,29 @@ func (s timedTarget) Watermark(ctx context.Context, source string, id tidemark.T
 	defer s.t.add("target.Watermark", time.Now())
 	return s.Target.Watermark(ctx, source, id)
 }
+
+func (s timedSource) KeyChunk(ctx context.Context, id tidemark.TableID, after []any, limit int) (tidemark.KeyChunk, error) {
+	defer s.t.add("source.KeyChunk", time.Now())
+	return s.SnapshotSource.KeyChunk(ctx, id, after, limit)
+}
+
+func (s timedSource) KeyRangeSum(ctx context.Context, id tidemark.TableID, after, upTo []any) (tidemark.KeySum, error) {
+	defer s.t.add("source.KeyRangeSum", time.Now())
+	return s.SnapshotSource.KeyRangeSum(ctx, id, after, upTo)
+}
+
+// timedKeys times a key diff's target calls.
+type timedKeys struct {
+	tidemark.KeyTarget
+	t *callTimes
+}
+
+func (s timedKeys) KeyRangeSum(ctx context.Context, table *tidemark.Table, after, upTo []any) (tidemark.KeySum, error) {
+	defer s.t.add("target.KeyRangeSum", time.Now())
+	return s.KeyTarget.KeyRangeSum(ctx, table, after, upTo)
+}
+
+func (s timedKeys) KeysInRange(ctx context.Context, table *tidemark.Table, after, upTo []any) ([][]any, error) {
+	defer s.t.add("target.KeysInRange", time.Now())
+	return s.KeyTarget.KeysInRange(ctx, table, after, upTo)
+}
