@@ -34,6 +34,7 @@ func TestBrokerFaults(t *testing.T) {
 		eos       []bool // the modes to run it in
 		setup     setup
 		mayFail   bool // Apply may return an error (then the batch is applied again)
+		stops     bool // Apply must fail with ErrFenced (the subtest ends there)
 		mustRetry bool // the sink itself must have republished a transaction
 		mustLog   string
 		opts      []kgo.Opt // extra client options
@@ -60,6 +61,13 @@ func TestBrokerFaults(t *testing.T) {
 		// aborted and published again.
 		{name: "produce: out of order sequence number", eos: []bool{true}, mustRetry: true,
 			setup: faults(kfake.Fault{Keys: produce, Err: kerr.OutOfOrderSequenceNumber, Count: 2})},
+		// INVALID_PRODUCER_EPOCH on a produce is aborted and republished
+		// (542a248: the coordinator aborted on its own); when the abort
+		// is refused with it too, the producer cannot go on: a stop
+		// naming the fence, not retries for ever.
+		{name: "produce and abort: invalid producer epoch (not retryable)", eos: []bool{true}, mayFail: true, stops: true,
+			setup: faults(kfake.Fault{Keys: produce, Err: kerr.InvalidProducerEpoch, Count: 1},
+				kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.InvalidProducerEpoch, Count: 1000})},
 		{name: "produce: not authorized (not retryable)", eos: []bool{false, true}, mayFail: true,
 			setup: faults(kfake.Fault{Keys: produce, Err: kerr.TopicAuthorizationFailed, Count: 1})},
 		{name: "end txn: coordinator moving", eos: []bool{true},
@@ -106,6 +114,12 @@ func TestBrokerFaults(t *testing.T) {
 								t.Fatalf("stats %+v for %d changes", st, len(b.Changes))
 							}
 							break
+						}
+						if tt.stops {
+							if !errors.Is(err, ErrFenced) {
+								t.Fatalf("apply batch %s: %v, want a stop with ErrFenced", b.Checkpoint, err)
+							}
+							return
 						}
 						if !tt.mayFail || failures > 3 {
 							t.Fatalf("apply batch %s: %v", b.Checkpoint, err)

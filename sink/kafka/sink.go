@@ -577,6 +577,14 @@ func (s *Sink) abort(ctx context.Context) error {
 		return fmt.Errorf("abort transaction: %w", err)
 	}
 	if err := s.cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		if errors.Is(err, kerr.InvalidProducerEpoch) {
+			// The abort is what tells the coordinator's own abort
+			// (accepted) from another instance's takeover; refused
+			// with the old epoch as well, this producer cannot go on
+			// (franz-go marks its id failed for good), and retrying
+			// would loop until the context ends: a fence, which stops.
+			return &fencedError{txnID: s.cfg.TransactionalID, err: fmt.Errorf("abort transaction (refused with the old epoch too): %w", err)}
+		}
 		return fmt.Errorf("abort transaction: %w", err)
 	}
 	s.txnOpen = false
