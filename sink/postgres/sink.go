@@ -74,6 +74,9 @@ type Sink struct {
 	// Test hooks (nil in production).
 	hookBeforeCommit func(ctx context.Context, tx pgx.Tx) error
 	hookCommit       func(ctx context.Context, tx pgx.Tx) error
+	// hookFenced runs after a transaction took a source's fence shared,
+	// before it checks who holds the source's lock (fence).
+	hookFenced func()
 }
 
 type defKey struct {

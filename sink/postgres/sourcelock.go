@@ -31,7 +31,9 @@ const sourceLockClass int32 = 0x746d
 // the transactions of the former holder under way. A commit that found
 // the lock free (its own session gone, not taken again yet) may land: the
 // next holder waits for it and then reads it. One that finds the lock
-// another session's fails with tidemark.ErrSourceLockLost.
+// another session's fails with tidemark.ErrSourceLockLost; a session of
+// this process (one its lock check takes the lock again on) is not
+// another's (sourceLock.ours).
 const sourceFenceClass int32 = 0x746d66
 
 // fenceWait bounds how long a process that took the lock waits for the
@@ -109,12 +111,63 @@ type sourceLock struct {
 	idMu    sync.Mutex
 	pid     uint32
 	started time.Time
+	// ours are the sessions of this process that took the lock or asked
+	// for it again (retakeLock), each recorded before it asked, the newest
+	// last (at most maxOurSessions). The lock held by one of them is held
+	// by no other process: a commit's fence that finds one holding it
+	// after its own session ended takes it for this process's, not
+	// another's (nemesis soak seed 1013731449905: the commit's check found
+	// the session its lock check had just taken the lock again on).
+	ours []lockSession
 }
+
+// lockSession is a backend session: its pid and its start.
+type lockSession struct {
+	pid     uint32
+	started time.Time
+}
+
+// maxOurSessions bounds sourceLock.ours. A transaction holds the fence
+// shared from before its check, and a lock check that took the lock again
+// waits for it (waitFence) before it returns and the next one may begin:
+// a session a transaction finds holding the lock is one of the last two.
+const maxOurSessions = 8
 
 func (l *sourceLock) setIdent(pid uint32, started time.Time) {
 	l.idMu.Lock()
 	defer l.idMu.Unlock()
 	l.pid, l.started = pid, started
+	l.addOursLocked(lockSession{pid, started})
+}
+
+// addOurs records a session of this process before it asks for the lock.
+func (l *sourceLock) addOurs(id lockSession) {
+	l.idMu.Lock()
+	defer l.idMu.Unlock()
+	l.addOursLocked(id)
+}
+
+func (l *sourceLock) addOursLocked(id lockSession) {
+	if n := len(l.ours); n > 0 && l.ours[n-1] == id {
+		return
+	}
+	l.ours = append(l.ours, id)
+	if n := len(l.ours); n > maxOurSessions {
+		l.ours = append(l.ours[:0], l.ours[n-maxOurSessions:]...)
+	}
+}
+
+// isOurs says whether the backend pid that started at started (nil: not
+// known, as a holder missing from pg_stat_activity) is one of ours.
+func (l *sourceLock) isOurs(pid uint32, started *time.Time) bool {
+	l.idMu.Lock()
+	defer l.idMu.Unlock()
+	for _, o := range l.ours {
+		if o.pid == pid && (started == nil || started.Equal(o.started)) {
+			return true
+		}
+	}
+	return false
 }
 
 func (l *sourceLock) ident() (uint32, time.Time) {
@@ -175,14 +228,21 @@ func (s *Sink) fence(ctx context.Context, tx pgx.Tx, source string) error {
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock_shared($1, $2)", sourceFenceClass, l.key); err != nil {
 		return fmt.Errorf("take the fence of source %s: %w", source, err)
 	}
-	pid, started := l.ident()
-	var other bool
-	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks k LEFT JOIN pg_stat_activity a ON a.pid = k.pid
-	WHERE k.locktype = 'advisory' AND k.classid::bigint = $1 AND k.objid::bigint = $2 AND k.objsubid = 2 AND k.granted
-	AND NOT (k.pid = $3 AND a.backend_start = $4))`,
-		int64(uint32(sourceLockClass)), int64(uint32(l.key)), int64(pid), started).Scan(&other)
+	if s.hookFenced != nil {
+		s.hookFenced()
+	}
+	rows, _ := tx.Query(ctx, `SELECT k.pid, a.backend_start FROM pg_locks k LEFT JOIN pg_stat_activity a ON a.pid = k.pid
+	WHERE k.locktype = 'advisory' AND k.classid::bigint = $1 AND k.objid::bigint = $2 AND k.objsubid = 2 AND k.granted`,
+		int64(uint32(sourceLockClass)), int64(uint32(l.key)))
+	holders, err := pgx.CollectRows(rows, pgx.RowToStructByPos[lockHolder])
 	if err != nil {
 		return fmt.Errorf("check the lock of source %s: %w", source, err)
+	}
+	// Asked after the holders were read: a session of this process seen
+	// holding the lock was recorded before it asked for it.
+	other := false
+	for _, h := range holders {
+		other = other || !l.isOurs(h.PID, h.Started)
 	}
 	if other {
 		return fmt.Errorf("commit for source %s: %w: another session holds it now (this process's lock session ended); nothing of this transaction is committed", source, tidemark.ErrSourceLockLost)
@@ -190,15 +250,27 @@ func (s *Sink) fence(ctx context.Context, tx pgx.Tx, source string) error {
 	return nil
 }
 
+// lockHolder is a session holding a source's lock (fence); Started is nil
+// when pg_stat_activity no longer showed it.
+type lockHolder struct {
+	PID     uint32
+	Started *time.Time
+}
+
 // retakeLock tries to take l's lock on conn and returns the new session's
-// start. A lock still held by l's own earlier session (one this process
-// can no longer reach, on a half-open connection the server has not
-// noticed yet) is freed first by ending that session.
+// start. The session is one of l's own (ours) before it asks for the lock.
+// A lock still held by l's own earlier session (one this process can no
+// longer reach, on a half-open connection the server has not noticed yet)
+// is freed first by ending that session.
 func (s *Sink) retakeLock(ctx context.Context, conn *pgx.Conn, l *sourceLock) (bool, time.Time, error) {
 	var ok bool
 	var started time.Time
-	lock := "SELECT pg_try_advisory_lock($1, $2), (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())"
-	if err := conn.QueryRow(ctx, lock, sourceLockClass, l.key).Scan(&ok, &started); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()").Scan(&started); err != nil {
+		return false, started, err
+	}
+	l.addOurs(lockSession{conn.PgConn().PID(), started})
+	lock := "SELECT pg_try_advisory_lock($1, $2)"
+	if err := conn.QueryRow(ctx, lock, sourceLockClass, l.key).Scan(&ok); err != nil {
 		return false, started, err
 	}
 	if !ok {
@@ -212,7 +284,7 @@ func (s *Sink) retakeLock(ctx context.Context, conn *pgx.Conn, l *sourceLock) (b
 		if err != nil || !ended {
 			return false, started, err
 		}
-		if err := conn.QueryRow(ctx, lock, sourceLockClass, l.key).Scan(&ok, &started); err != nil || !ok {
+		if err := conn.QueryRow(ctx, lock, sourceLockClass, l.key).Scan(&ok); err != nil || !ok {
 			return false, started, err
 		}
 	}

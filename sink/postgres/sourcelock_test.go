@@ -208,3 +208,59 @@ func TestLockWaitsForTheFormerHoldersCommit(t *testing.T) {
 		t.Errorf("the new holder read checkpoint %v; want %v (the commit in flight when it took the lock)", got.read, gtid(2))
 	}
 }
+
+// TestCommitWhileTheLockIsRetaken is nemesis soak seed 1013731449905: after
+// a PostgreSQL restart ended the lock's session, a commit had taken the
+// fence when the lock check of the same process took the lock again on a
+// new session; the commit's check found that new session holding the lock,
+// took it for another process's and failed ("lost the source lock: another
+// session holds it now"), and the tailer stopped. The process's own new
+// session is its own: the commit lands, and the check proves it (the
+// checkpoint is this process's).
+func TestCommitWhileTheLockIsRetaken(t *testing.T) {
+	ctx := context.Background()
+	e, tbl := lockedEnv(t, "fenceretake")
+
+	fenced, proceed := make(chan struct{}), make(chan struct{})
+	e.sink.hookFenced = func() {
+		close(fenced)
+		<-proceed
+	}
+	endLockSession(t, e, e.sink, "s")
+	applied := make(chan error, 1)
+	go func() {
+		_, err := e.sink.Apply(ctx, &tidemark.Batch{Source: "s", Checkpoint: gtid(2), Changes: []tidemark.Change{ins(tbl, v(2, 1), int64(2), "b", nil)}})
+		applied <- err
+	}()
+	<-fenced
+	e.sink.hookFenced = nil
+	type checked struct {
+		retaken bool
+		err     error
+	}
+	check := make(chan checked, 1)
+	go func() {
+		retaken, err := e.sink.CheckSourceLock(ctx, "s")
+		check <- checked{retaken, err}
+	}()
+	// The check has taken the lock again on a new session when it waits
+	// for the fence, which the commit holds shared.
+	if !testenv.WaitFor(30*time.Second, func() bool {
+		var waiting bool
+		_ = e.conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid::bigint = $1 AND NOT granted)",
+			int64(uint32(sourceFenceClass))).Scan(&waiting)
+		return waiting
+	}) {
+		t.Fatal("the lock check did not take the lock again and wait for the fence")
+	}
+	close(proceed)
+	if err := <-applied; err != nil {
+		t.Errorf("the commit while this process took its lock again: %v", err)
+	}
+	if c := <-check; c.err != nil || !c.retaken {
+		t.Errorf("the lock check: retaken %t, %v; want taken again", c.retaken, c.err)
+	}
+	if pos, _ := e.checkpoint("s"); pos != gtid(2) {
+		t.Errorf("checkpoint %v; want %v", pos, gtid(2))
+	}
+}
