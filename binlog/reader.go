@@ -150,35 +150,94 @@ func (r *Reader) Capture(ctx context.Context) (tidemark.Snapshot, error) {
 	if t, _, err := parseCivil(now); err == nil {
 		s.ServerTime = t
 	}
+	if s.Version, err = r.versionAt(file, pos, gtid, epoch); err != nil {
+		return s, fmt.Errorf("capture position of %s: %w", r.t.cfg.Name, err)
+	}
+	return s, nil
+}
+
+// versionAt is the version just above every change of the binlog up to
+// file/pos (GTID state gtid) in epoch: above every row the binlog holds
+// there and below every row of the next transaction.
+func (r *Reader) versionAt(file string, pos uint64, gtid string, epoch uint32) (tidemark.Version, error) {
+	var v tidemark.Version
 	switch r.t.cfg.Version {
 	case VersionGTID:
-		set, err := tidemark.ParseMariaDBGTIDSet(s.Position.GTID)
+		set, err := tidemark.ParseMariaDBGTIDSet(gtid)
 		if err != nil {
-			return s, fmt.Errorf("capture position of %s: %w", r.t.cfg.Name, err)
+			return v, err
 		}
 		if len(set) > 1 {
-			return s, fmt.Errorf("capture position of %s: GTID state %s has several domains: version: gtid needs one; set version: filepos", r.t.cfg.Name, s.Position.GTID)
+			return v, fmt.Errorf("GTID state %s has several domains: version: gtid needs one; set version: filepos", gtid)
 		}
 		// The snapshot saw transaction g.Seq and nothing after it:
 		// (g.Seq+1, 0) is above every row of g.Seq and below every row
 		// of the next transaction (strict mode: its sequence is higher).
 		for _, g := range set {
-			s.Version = tidemark.Version{Seq: g.Seq + 1}
+			v = tidemark.Version{Seq: g.Seq + 1}
 		}
 	default:
 		idx, err := tidemark.BinlogFileIndex(file)
 		if err != nil {
-			return s, fmt.Errorf("capture position of %s: %w", r.t.cfg.Name, err)
+			return v, err
 		}
 		// pos is where the next transaction starts, its rows are at
 		// (pos, k≥1): (pos, 0) is above everything the snapshot saw and
 		// below them.
-		s.Version = tidemark.Version{Seq: idx<<40 | pos}
+		v = tidemark.Version{Seq: idx<<40 | pos}
 	}
-	if s.Version.Seq, err = tidemark.EpochSeq(epoch, s.Version.Seq); err != nil {
-		return s, fmt.Errorf("capture position of %s: %w", r.t.cfg.Name, err)
+	var err error
+	v.Seq, err = tidemark.EpochSeq(epoch, v.Seq)
+	return v, err
+}
+
+// layoutSince returns the version a table's layout, read just before, is
+// stamped with (tidemark.Table.Since): the version just above the
+// binlog's end, read after the layout. A schema change is written to the
+// binlog before the server shows its new layout (the ALTER holds the
+// table's exclusive metadata lock until it has written its event, and
+// information_schema waits on that lock), so every change of a layout
+// older than the one read is below it. The stream's rows from the
+// capture up to there are then of older layouts, or of this one, written
+// into the table as it is (sink/postgres older.go), not taken for newer
+// layouts that undo it: a MODIFY that widened a column between a first
+// run's capture and its read of the table made the stream's older rows
+// look like a narrowing, and the table was quarantined ("int(16 bits) →
+// int(8 bits) cannot be followed losslessly"; nemesis seed 537566202643).
+// Zero when the server is no longer the lineage's (the catch-up's
+// versions are then of another epoch) or its GTID state has several
+// domains under version: gtid (Capture refuses those).
+func (r *Reader) layoutSince(ctx context.Context) (tidemark.Version, error) {
+	var (
+		file string
+		pos  uint64
+		st   serverState
+	)
+	err := tidemark.Retry(ctx, "read the binlog end of "+r.t.cfg.Name, queryRetry, isTransient, r.t.rl, func(ctx context.Context) error {
+		res, err := r.t.mysqlStatus(ctx, func(ctx context.Context, q string) (*mysql.Result, error) { return r.t.query(ctx, q) })
+		if err != nil {
+			return err
+		}
+		if res.RowNumber() == 0 {
+			return fmt.Errorf("SHOW MASTER STATUS is empty (log_bin off?): %w", tidemark.ErrSourceConfig)
+		}
+		file, _ = res.GetString(0, 0)
+		pos, _ = res.GetUint(0, 1)
+		st, err = r.t.readServer(ctx)
+		return err
+	})
+	if err != nil {
+		return tidemark.Version{}, fmt.Errorf("read the binlog end of %s: %w", r.t.cfg.Name, err)
 	}
-	return s, nil
+	epoch, changed := r.t.lin.epochFor(st.id)
+	if changed {
+		return tidemark.Version{}, nil
+	}
+	v, err := r.versionAt(file, pos, st.gtidPos, epoch)
+	if err != nil {
+		return tidemark.Version{}, nil // Capture reports it
+	}
+	return v, nil
 }
 
 // gtidAtEnd returns @@gtid_binlog_pos and the source clock, and whether the
@@ -398,6 +457,9 @@ func (r *Reader) table(ctx context.Context, id tidemark.TableID) (*readTable, er
 	delete(r.t.jsonCols, id) // re-read when the table is read again after DDL
 	tbl, err := readSchema(ctx, &r.t.cfg, r.exec, json, id)
 	if err != nil {
+		return nil, err
+	}
+	if tbl.Since, err = r.layoutSince(ctx); err != nil {
 		return nil, err
 	}
 	idx, err := r.t.readIndexes(ctx, id)

@@ -34,21 +34,58 @@ import (
 // once the read restarted, failed again over the rows of the first read;
 // the restart now drops the target table first when it held no rows before
 // the run (every row in it is the first read's).
+//
+// Each case also writes a row in the older layout after the capture and
+// before the ALTER (the locking session, first), so the stream brings rows
+// of a layout older than the one the snapshot loaded (nemesis soak seed
+// 537566202643: MODIFY COLUMN c1_bool TINYINT(1) → SMALLINT between a
+// first run's capture and its read of the table; the stream's older rows
+// then looked like a narrowing, "column \"c1_bool\": int(16 bits) → int(8
+// bits) cannot be followed losslessly", and the table was quarantined).
+// The widen case is that ALTER.
 func TestFirstRunSnapshotColumnRenamed(t *testing.T) {
-	for _, c := range []struct{ name, alter, insert, update string }{
-		{"rename", "RENAME COLUMN c4_text TO c4_new", "(2001, 'after', 2001)", "c4_new = 'updated'"},
-		{"add_not_null", "ADD COLUMN z INT NOT NULL DEFAULT 7", "(2001, 'after', 2001, 8)", "z = 9"},
-	} {
-		t.Run(c.name, func(t *testing.T) { firstRunColumnChange(t, c.alter, c.insert, c.update) })
+	for _, c := range firstRunColumnCases {
+		t.Run(c.name, func(t *testing.T) { firstRunColumnChange(t, false, c.alter, c.insert, c.update) })
 	}
 }
 
-func firstRunColumnChange(t *testing.T, alter, insert, update string) {
+// TestApplyFirstRunSnapshotColumnChanged is TestFirstRunSnapshotColumnRenamed
+// in the scale-out topology (run → Kafka → apply → PostgreSQL): the
+// snapshot's schema record must announce its layout with a version above
+// the stream's rows of the older layout (nemesis soak seed 537566202643).
+//
+// The widen case is left out here: in this topology it fails on its own
+// finding, open (docs/RELIABILITY.md, "the widen case in the scale-out
+// topology"): the applier quarantines a_big with "convert value of
+// ….a_big.v: 32-bit integer out of integer range".
+func TestApplyFirstRunSnapshotColumnChanged(t *testing.T) {
+	for _, c := range firstRunColumnCases {
+		if c.name == "widen" {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) { firstRunColumnChange(t, true, c.alter, c.insert, c.update) })
+	}
+}
+
+var firstRunColumnCases = []struct{ name, alter, insert, update string }{
+	{"rename", "RENAME COLUMN c4_text TO c4_new", "(2001, 'after', 2001)", "c4_new = 'updated'"},
+	{"add_not_null", "ADD COLUMN z INT NOT NULL DEFAULT 7", "(2001, 'after', 2001, 8)", "z = 9"},
+	{"widen", "MODIFY COLUMN v BIGINT NOT NULL", "(2001, 'after', 9000000001)", "v = 9000000000"},
+}
+
+func firstRunColumnChange(t *testing.T, apply bool, alter, insert, update string) {
 	f := newFixture(t)
-	db := testenv.Name("it_frcolren_")
-	f.dropLater(t, db, db)
+	var db, cfg string
+	if apply {
+		r, _ := f.newApplyRun(t, "it_frcolapply_", 537, 2, 50)
+		db, cfg = r.db, r.cfg
+	} else {
+		db = testenv.Name("it_frcolren_")
+		f.dropLater(t, db, db)
+		f.exec(t, "CREATE DATABASE "+db)
+	}
 	f.forgetStates(t, db)
-	f.exec(t, "CREATE DATABASE "+db, "USE "+db,
+	f.exec(t, "USE "+db,
 		"CREATE TABLE a_big (id INT PRIMARY KEY, c4_text VARCHAR(20) NOT NULL, v INT NOT NULL)",
 		"CREATE TABLE b_small (id INT PRIMARY KEY, v VARCHAR(20) NOT NULL)",
 		"INSERT INTO b_small VALUES (1, 'one'), (2, 'two'), (3, 'three')")
@@ -65,15 +102,21 @@ func firstRunColumnChange(t *testing.T, alter, insert, update string) {
 	if err := harness.Exec(lock, "LOCK TABLES "+db+".a_big WRITE"); err != nil {
 		t.Fatal(err)
 	}
-	d := f.daemon(db, db, db, "UTC", tidemark.Position{}, "snapshot:\n  parallelism: 2\nfallback:\n  enabled: true\n  chunk_rows: 100\n")
-	cfg := d.Write(t)
 	ps := &procSet{f: f, t: t}
 	defer ps.killAll()
+	if apply {
+		firstRunConfig(t, cfg, 100)
+		ps.start("apply", "--config", cfg)
+	} else {
+		d := f.daemon(db, db, db, "UTC", tidemark.Position{}, "snapshot:\n  parallelism: 2\nfallback:\n  enabled: true\n  chunk_rows: 100\n")
+		cfg = d.Write(t)
+	}
 	dp := ps.start("run", "--config", cfg)
 	if !testenv.WaitFor(60*time.Second, func() bool { return dp.exited() || f.waitingForMDL("SELECT %`"+db+"`.`a_big`%") }) || dp.exited() {
 		t.Fatalf("the first-run snapshot did not wait for a_big:\n%s", tail(dp.stderr.String(), 20))
 	}
-	if err := harness.Exec(lock, "ALTER TABLE "+db+".a_big "+alter,
+	if err := harness.Exec(lock, "INSERT INTO "+db+".a_big VALUES (2002, 'older layout', 2002)", "UPDATE "+db+".a_big SET v = 77 WHERE id = 2",
+		"ALTER TABLE "+db+".a_big "+alter,
 		"INSERT INTO "+db+".a_big VALUES "+insert, "UNLOCK TABLES"); err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +132,10 @@ func firstRunColumnChange(t *testing.T, alter, insert, update string) {
 	for _, tb := range []string{"a_big", "b_small"} {
 		ps.converge(harness.TableSpec{Database: db, Table: tb, SourceZone: "UTC"}, tb)
 	}
-	if s := dp.stderr.String(); strings.Contains(s, "level=ERROR") {
-		t.Errorf("an error was logged:\n%s", grepLines(s, "level=ERROR"))
+	for _, p := range ps.procs {
+		if s := p.stderr.String(); strings.Contains(s, "level=ERROR") {
+			t.Errorf("an error was logged:\n%s", grepLines(s, "level=ERROR"))
+		}
 	}
 	if code := dp.stop(t); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, tail(dp.stderr.String(), 20))
