@@ -122,7 +122,11 @@ type Table struct {
 	// different times, so a sink that is one of several writers of the
 	// table (an applier) never evolves a target table to a layout older
 	// than the one it was evolved to: the older layout's rows are written
-	// into the newer table. Not part of the Fingerprint.
+	// into the newer table. A snapshot source's layout (binlog.Reader) is
+	// stamped with the version just above the binlog's end when it was
+	// read, at or above its first change: the stream's rows from a
+	// snapshot's capture up to there are of that layout or older ones.
+	// Not part of the Fingerprint.
 	Since Version
 }
 
