@@ -100,6 +100,18 @@ type Column struct {
 	Precision, Scale int
 	// Nullable is false when the source declares NOT NULL (when known).
 	Nullable bool
+	// JSONUnknown marks a KindText column that may be JSON, which the
+	// source could not tell: MariaDB's JSON is a LONGTEXT with a
+	// json_valid check that only information_schema shows, and a layout
+	// older than the table's current one can name a LONGTEXT column
+	// information_schema no longer lists (renamed or dropped since, or the
+	// table dropped and created anew) and that the tailer never saw listed
+	// (binlog.Tailer.jsonColumns). Its values are strings. A sink that
+	// knows the column resolves it (the PostgreSQL sink: JSON when its
+	// target table has it as JSON, else text); one that does not takes it
+	// as text. Not part of the Fingerprint: the layout is the same, only
+	// what the source could tell about it differs.
+	JSONUnknown bool
 }
 
 // Table is the schema of a source table as rows were written with it.
@@ -128,6 +140,16 @@ type Table struct {
 	// snapshot's capture up to there are of that layout or older ones.
 	// Not part of the Fingerprint.
 	Since Version
+}
+
+// HasJSONUnknown reports whether a column of t is JSONUnknown.
+func (t *Table) HasJSONUnknown() bool {
+	for i := range t.Columns {
+		if t.Columns[i].JSONUnknown {
+			return true
+		}
+	}
+	return false
 }
 
 // ColumnIndex returns the index of the named column, or -1.

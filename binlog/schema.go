@@ -90,9 +90,11 @@ func tableMapKey(tm *replication.TableMapEvent) string {
 
 // buildTable turns a table-map event into a tableInfo. jsonCols names the
 // columns the source declares JSON (MariaDB's LONGTEXT + json_valid check,
-// which the binlog cannot tell from LONGTEXT); uniqueCols the columns of
-// its unique indexes (lower case).
-func (t *Tailer) buildTable(tm *replication.TableMapEvent, jsonCols, uniqueCols map[string]bool) (*tableInfo, error) {
+// which the binlog cannot tell from LONGTEXT); jsonKnown (nil: all) the
+// columns whose JSON-ness is known, a LONGTEXT column not among them is
+// text marked JSONUnknown; uniqueCols the columns of its unique indexes
+// (lower case).
+func (t *Tailer) buildTable(tm *replication.TableMapEvent, jsonCols, jsonKnown, uniqueCols map[string]bool) (*tableInfo, error) {
 	id := tidemark.TableID{Database: string(tm.Schema), Name: string(tm.Table)}
 	if !t.cfg.included(id.Database, id.Name) {
 		return &tableInfo{skip: true}, nil
@@ -188,6 +190,11 @@ func (t *Tailer) buildTable(tm *replication.TableMapEvent, jsonCols, uniqueCols 
 		})
 		if !ok {
 			return nil, fmt.Errorf("decode table map of %s: column %s: unsupported MySQL type %d", id, name, typ)
+		}
+		if _, known := jsonKnown[name]; jsonKnown != nil && !known && col.Kind == tidemark.KindText && typ == mysql.MYSQL_TYPE_BLOB && meta == 4 {
+			// A LONGTEXT this process never saw listed: JSON or not,
+			// the source no longer says (jsonKnown).
+			col.JSONUnknown = true
 		}
 		conv := env.convFor(col.Kind)
 		switch col.Kind {

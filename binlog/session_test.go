@@ -133,7 +133,7 @@ func sessionTailer(t *testing.T, flavor string, maxChanges int, r *rowsParser) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	ti, err := tl.buildTable(r.tm, nil, nil)
+	ti, err := tl.buildTable(r.tm, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -228,8 +228,9 @@ var jsonCheckRE = regexp.MustCompile("(?i)^\\s*json_valid\\(`((?:[^`]|``)+)`\\)\
 // RENAME COLUMN j TO k (or dropped j), the older layout's rows still name j,
 // which information_schema no longer lists. Such a name is JSON if it was
 // declared JSON when this process last saw it listed (jsonSeen); without
-// that memory it reads as LONGTEXT, and a sink that knows the column as
-// JSON refuses the change (json → text) loudly.
+// that memory (a process started after the rename, at a checkpoint before
+// it) the column is announced as text marked JSONUnknown (jsonKnown), which
+// the sink resolves from what it knows of the column.
 func (t *Tailer) jsonColumns(ctx context.Context, id tidemark.TableID) (map[string]bool, error) {
 	if t.cfg.Flavor != FlavorMariaDB {
 		return nil, nil
@@ -267,6 +268,24 @@ func (t *Tailer) jsonColumns(ctx context.Context, id tidemark.TableID) (map[stri
 	return m, nil
 }
 
+// jsonKnown returns the column names of a table whose JSON-ness the
+// tailer knows (jsonSeen: listed in information_schema by this process's
+// reads of it), nil when every column's is known (MySQL's table map has a
+// real JSON type). A LONGTEXT column of a layout not among them is
+// announced as text marked JSONUnknown (buildTable): a process started
+// after the source renamed or dropped a JSON column, at a checkpoint
+// before that, cannot tell (nemesis seed 574095280397); the sink resolves
+// it from what it knows.
+func (t *Tailer) jsonKnown(id tidemark.TableID) map[string]bool {
+	if t.cfg.Flavor != FlavorMariaDB {
+		return nil
+	}
+	if m := t.jsonSeen[id]; m != nil {
+		return m
+	}
+	return map[string]bool{}
+}
+
 // dropLayouts forgets the decoded layouts of a table.
 func (t *Tailer) dropLayouts(id tidemark.TableID) { t.tables.drop(id) }
 
@@ -295,9 +314,18 @@ func (t *Tailer) tableFor(ctx context.Context, tm *replication.TableMapEvent) (*
 			return nil, err
 		}
 	}
-	ti, err := t.buildTable(tm, jc, uniqueColumns(idx))
+	ti, err := t.buildTable(tm, jc, t.jsonKnown(id), uniqueColumns(idx))
 	if err == nil && ti.table != nil {
 		ti.table.Indexes, ti.table.IndexesKnown = idx, true
+		var unknown []string
+		for _, c := range ti.table.Columns {
+			if c.JSONUnknown {
+				unknown = append(unknown, c.Name)
+			}
+		}
+		if len(unknown) > 0 {
+			t.cfg.Logger.Info("a layout of the table names LONGTEXT columns information_schema no longer lists, which may have been JSON: announced as text marked JSON-unknown, for the sink to resolve", "source", t.cfg.Name, "table", id.String(), "columns", strings.Join(unknown, ","))
+		}
 	}
 	if err != nil {
 		if errors.Is(err, tidemark.ErrSourceConfig) {

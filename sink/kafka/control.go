@@ -26,6 +26,11 @@ import (
 //	          "columns":[{"name":"id","kind":"int","bits":64,"precision":0,"scale":0,"nullable":false},…],
 //	          "key":[0],"seq":4711,"index":1}
 //
+// A text column the source could not tell from JSON (MariaDB, a layout
+// older than information_schema's, tidemark.Column.JSONUnknown) has
+// "json_unknown":true; an applier's PostgreSQL sink resolves it from its
+// target table.
+//
 // seq and index are the version of the change the record comes before:
 // the partitions of a table reach a new layout at different times, and an
 // applier never evolves the target table to an older layout than the one
@@ -100,6 +105,9 @@ type schemaColumn struct {
 	Precision int    `json:"precision"`
 	Scale     int    `json:"scale"`
 	Nullable  bool   `json:"nullable"`
+	// JSONUnknown (tidemark.Column.JSONUnknown): a text column the source
+	// could not tell from JSON; only written when set.
+	JSONUnknown bool `json:"json_unknown,omitempty"`
 }
 
 type schemaRecord struct {
@@ -123,7 +131,7 @@ func appendSchema(dst []byte, source string, t *tidemark.Table, fingerprint []by
 	rec := schemaRecord{Control: "schema", Source: source, Database: t.ID.Database, Table: t.ID.Name,
 		Fingerprint: string(fingerprint), Key: t.Key, Columns: make([]schemaColumn, len(t.Columns)), Seq: since.Seq, Index: since.Index}
 	for i, c := range t.Columns {
-		rec.Columns[i] = schemaColumn{Name: c.Name, Kind: c.Kind.String(), Bits: c.Bits, Precision: c.Precision, Scale: c.Scale, Nullable: c.Nullable}
+		rec.Columns[i] = schemaColumn{Name: c.Name, Kind: c.Kind.String(), Bits: c.Bits, Precision: c.Precision, Scale: c.Scale, Nullable: c.Nullable, JSONUnknown: c.JSONUnknown}
 	}
 	b, _ := json.Marshal(rec) // strings, ints and bools only: cannot fail
 	return append(dst, b...)
@@ -164,7 +172,10 @@ func parseSchema(value []byte) (*announcedSchema, error) {
 		if !ok {
 			return nil, fmt.Errorf("decode schema record of %s: column %s: unknown kind %q", id, c.Name, c.Kind)
 		}
-		t.Columns[i] = tidemark.Column{Name: c.Name, Kind: k, Bits: c.Bits, Precision: c.Precision, Scale: c.Scale, Nullable: c.Nullable}
+		if c.JSONUnknown && k != tidemark.KindText {
+			return nil, fmt.Errorf("decode schema record of %s: column %s: json_unknown on a %s column (only text may be)", id, c.Name, k)
+		}
+		t.Columns[i] = tidemark.Column{Name: c.Name, Kind: k, Bits: c.Bits, Precision: c.Precision, Scale: c.Scale, Nullable: c.Nullable, JSONUnknown: c.JSONUnknown}
 	}
 	if len(t.Key) == 0 {
 		return nil, fmt.Errorf("decode schema record of %s: no business key", id)

@@ -3,6 +3,7 @@ package kafka
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -105,4 +106,38 @@ func allKindsCodec(t *testing.T) (*tidemark.Table, []any, *codec, *announcedSche
 		t.Fatal(err)
 	}
 	return tbl, row, c, as
+}
+
+// TestSchemaRecordJSONUnknown: a column the source could not tell from JSON
+// (tidemark.Column.JSONUnknown) is announced with "json_unknown":true and
+// read back so; other columns' records do not have the field (records as
+// before), and json_unknown on a column that is not text is refused. The
+// flag gets its own codec (its schema record), not its own fingerprint.
+func TestSchemaRecordJSONUnknown(t *testing.T) {
+	tbl := &tidemark.Table{ID: tidemark.TableID{Database: "db", Name: "t"}, Key: []int{0}, Columns: []tidemark.Column{
+		{Name: "id", Kind: tidemark.KindInt, Bits: 64},
+		{Name: "j", Kind: tidemark.KindText, Nullable: true, JSONUnknown: true},
+		{Name: "s", Kind: tidemark.KindText, Nullable: true},
+	}}
+	rec := appendSchema(nil, "src", tbl, []byte("0123456789abcdef"), tidemark.Version{Seq: 1})
+	if n := strings.Count(string(rec), `"json_unknown"`); n != 1 || !strings.Contains(string(rec), `"name":"j","kind":"text","bits":0,"precision":0,"scale":0,"nullable":true,"json_unknown":true`) {
+		t.Fatalf("schema record %s: want json_unknown on j only", rec)
+	}
+	as, err := parseSchema(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !as.table.Columns[1].JSONUnknown || as.table.Columns[2].JSONUnknown || as.table.Fingerprint() != tbl.Fingerprint() {
+		t.Errorf("read back %+v", as.table.Columns)
+	}
+	plain := *tbl
+	plain.Columns = slices.Clone(tbl.Columns)
+	plain.Columns[1].JSONUnknown = false
+	if plain.Fingerprint() != tbl.Fingerprint() || jsonUnknownOf(&plain) == jsonUnknownOf(tbl) {
+		t.Errorf("fingerprint or codec key: the flag must change the codec, not the fingerprint")
+	}
+	bad := strings.Replace(string(appendSchema(nil, "src", tbl, []byte("0123456789abcdef"), tidemark.Version{Seq: 1})), `"kind":"text","bits":0,"precision":0,"scale":0,"nullable":true,"json_unknown"`, `"kind":"json","bits":0,"precision":0,"scale":0,"nullable":true,"json_unknown"`, 1)
+	if _, err := parseSchema([]byte(bad)); err == nil || !strings.Contains(err.Error(), "json_unknown") {
+		t.Errorf("json_unknown on a json column: %v, want refused", err)
+	}
 }

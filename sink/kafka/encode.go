@@ -233,7 +233,7 @@ func (s *Sink) encode(ctx context.Context, b *tidemark.Batch) (*encodedBatch, ti
 // and maybe creating its topic) on first sight of its schema. Callers hold
 // s.mu.
 func (s *Sink) codec(ctx context.Context, source string, t *tidemark.Table) (*codec, error) {
-	k := codecKey{source, t.ID, t.Fingerprint()}
+	k := codecKey{source, t.ID, t.Fingerprint(), jsonUnknownOf(t)}
 	if c, ok := s.codecs[k]; ok {
 		return c, nil
 	}

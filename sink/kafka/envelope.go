@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -67,6 +68,24 @@ type codecKey struct {
 	source      string
 	id          tidemark.TableID
 	fingerprint string
+	// jsonUnknown names the columns marked JSONUnknown, which the schema
+	// record carries (not part of the fingerprint: the same layout).
+	jsonUnknown string
+}
+
+// jsonUnknownOf names t's JSONUnknown columns (codecKey.jsonUnknown).
+func jsonUnknownOf(t *tidemark.Table) string {
+	if !t.HasJSONUnknown() {
+		return ""
+	}
+	var b strings.Builder
+	for _, c := range t.Columns {
+		if c.JSONUnknown {
+			b.WriteString(c.Name)
+			b.WriteByte(0)
+		}
+	}
+	return b.String()
 }
 
 func newCodec(t *tidemark.Table, source, topic string, serverID uint32) (*codec, error) {

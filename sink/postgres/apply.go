@@ -54,6 +54,11 @@ import (
 // DROP control record removes later. Without Offsets a table dropped behind
 // the sink's back stays an error.
 func (s *Sink) Apply(ctx context.Context, b *tidemark.Batch) (tidemark.ApplyStats, error) {
+	// Columns the source could not tell from JSON (jsonunknown.go).
+	b, err := s.resolveBatch(ctx, b)
+	if err != nil {
+		return tidemark.ApplyStats{}, fmt.Errorf("apply batch of source %q: %w", b.Source, err)
+	}
 	var missing bool
 	st, err := s.apply(ctx, b, &missing)
 	// Each other partition's DROP record may drop the table again between

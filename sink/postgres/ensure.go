@@ -270,6 +270,10 @@ func (s *Sink) forgetTable(id tidemark.TableID) {
 
 // EnsureTable implements tidemark.TableRegistry.
 func (s *Sink) EnsureTable(ctx context.Context, t *tidemark.Table) error {
+	t, err := s.resolveTable(ctx, t) // jsonunknown.go
+	if err != nil {
+		return err
+	}
 	d, k, err := s.def(t)
 	if err != nil {
 		return err

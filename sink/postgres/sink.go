@@ -60,7 +60,10 @@ type Sink struct {
 	ensured map[defKey]bool      // target table checked (and created) in a committed transaction
 	// projections: how the rows of an older layout are written (older.go)
 	projections map[defKey]*projection
-	direct      map[defKey]*directState
+	// resolved: the layouts with JSON-unknown columns, resolved
+	// (jsonunknown.go)
+	resolved map[resolveKey]*resolution
+	direct   map[defKey]*directState
 	// skipLogged remembers the unmirrorable indexes already logged.
 	skipLogged map[string]bool
 	tombs      map[string]*tombSource      // per source: tombstone pruning state
@@ -127,6 +130,7 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		defs:        map[defKey]*tableDef{},
 		ensured:     map[defKey]bool{},
 		projections: map[defKey]*projection{},
+		resolved:    map[resolveKey]*resolution{},
 		direct:      map[defKey]*directState{},
 		skipLogged:  map[string]bool{},
 		tombs:       map[string]*tombSource{},
