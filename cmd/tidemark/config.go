@@ -700,29 +700,33 @@ func (c MetricsConfig) Validate() error {
 //	    tombstones: true                    # a null-value record after each delete
 //	    exactly_once: true                  # one transaction per batch
 //	    transactional_id: tidemark-shop     # default tidemark-<source.name>
+//	    commit_resolve_timeout: 5m          # learning a commit's lost outcome, then stop
 //	    create_topics: true                 # default true
 //	    partitions: 6
 //	    replication_factor: 3
 //	    topic_configs: {retention.ms: "604800000"} # compact is refused with control records
 //	    source_server_id: 1001              # published in source.server_id
 type KafkaConfig struct {
-	Brokers            []string          `yaml:"brokers"`
-	ClientID           string            `yaml:"client_id"`
-	TopicPrefix        string            `yaml:"topic_prefix"`
-	TopicTemplate      string            `yaml:"topic_template"`
-	CheckpointTopic    string            `yaml:"checkpoint_topic"`
-	Tombstones         bool              `yaml:"tombstones"`
-	ExactlyOnce        bool              `yaml:"exactly_once"`
-	TransactionalID    string            `yaml:"transactional_id"`
-	TransactionTimeout time.Duration     `yaml:"transaction_timeout"`
-	CreateTopics       *bool             `yaml:"create_topics"`
-	Partitions         int32             `yaml:"partitions"`
-	ReplicationFactor  int16             `yaml:"replication_factor"`
-	TopicConfigs       map[string]string `yaml:"topic_configs"`
-	MaxBufferedRecords int               `yaml:"max_buffered_records"`
-	MaxBufferedBytes   int               `yaml:"max_buffered_bytes"`
-	MaxRecordBytes     int32             `yaml:"max_record_bytes"`
-	SourceServerID     uint32            `yaml:"source_server_id"`
+	Brokers            []string      `yaml:"brokers"`
+	ClientID           string        `yaml:"client_id"`
+	TopicPrefix        string        `yaml:"topic_prefix"`
+	TopicTemplate      string        `yaml:"topic_template"`
+	CheckpointTopic    string        `yaml:"checkpoint_topic"`
+	Tombstones         bool          `yaml:"tombstones"`
+	ExactlyOnce        bool          `yaml:"exactly_once"`
+	TransactionalID    string        `yaml:"transactional_id"`
+	TransactionTimeout time.Duration `yaml:"transaction_timeout"`
+	// CommitResolveTimeout bounds learning the outcome of a commit that
+	// got no answer (kafka.Config.CommitResolveTimeout).
+	CommitResolveTimeout time.Duration     `yaml:"commit_resolve_timeout"`
+	CreateTopics         *bool             `yaml:"create_topics"`
+	Partitions           int32             `yaml:"partitions"`
+	ReplicationFactor    int16             `yaml:"replication_factor"`
+	TopicConfigs         map[string]string `yaml:"topic_configs"`
+	MaxBufferedRecords   int               `yaml:"max_buffered_records"`
+	MaxBufferedBytes     int               `yaml:"max_buffered_bytes"`
+	MaxRecordBytes       int32             `yaml:"max_record_bytes"`
+	SourceServerID       uint32            `yaml:"source_server_id"`
 	// ControlRecords announces table schemas on every partition (needed
 	// by `tidemark apply`; always on with an apply section).
 	ControlRecords bool `yaml:"control_records"`
@@ -774,28 +778,29 @@ func (k *KafkaConfig) SinkConfig(source string, log *slog.Logger) kafka.Config {
 		txnID = "tidemark-" + source
 	}
 	return kafka.Config{
-		Brokers:             k.Brokers,
-		Security:            k.security(),
-		ClientID:            k.ClientID,
-		TopicPrefix:         k.TopicPrefix,
-		TopicTemplate:       k.TopicTemplate,
-		CheckpointTopic:     k.CheckpointTopic,
-		Tombstones:          k.Tombstones,
-		ExactlyOnce:         k.ExactlyOnce,
-		TransactionalID:     txnID,
-		TransactionTimeout:  k.TransactionTimeout,
-		CreateTopics:        create,
-		Partitions:          k.Partitions,
-		ReplicationFactor:   k.ReplicationFactor,
-		TopicConfigs:        k.TopicConfigs,
-		MaxBufferedRecords:  k.MaxBufferedRecords,
-		MaxBufferedBytes:    k.MaxBufferedBytes,
-		MaxRecordBytes:      k.MaxRecordBytes,
-		SourceServerID:      k.SourceServerID,
-		ControlRecords:      k.ControlRecords,
-		AppliedOffsets:      k.appliedOffsets,
-		PartitionChangeWait: k.partitionChangeWait,
-		Logger:              log,
+		Brokers:              k.Brokers,
+		Security:             k.security(),
+		ClientID:             k.ClientID,
+		TopicPrefix:          k.TopicPrefix,
+		TopicTemplate:        k.TopicTemplate,
+		CheckpointTopic:      k.CheckpointTopic,
+		Tombstones:           k.Tombstones,
+		ExactlyOnce:          k.ExactlyOnce,
+		TransactionalID:      txnID,
+		TransactionTimeout:   k.TransactionTimeout,
+		CommitResolveTimeout: k.CommitResolveTimeout,
+		CreateTopics:         create,
+		Partitions:           k.Partitions,
+		ReplicationFactor:    k.ReplicationFactor,
+		TopicConfigs:         k.TopicConfigs,
+		MaxBufferedRecords:   k.MaxBufferedRecords,
+		MaxBufferedBytes:     k.MaxBufferedBytes,
+		MaxRecordBytes:       k.MaxRecordBytes,
+		SourceServerID:       k.SourceServerID,
+		ControlRecords:       k.ControlRecords,
+		AppliedOffsets:       k.appliedOffsets,
+		PartitionChangeWait:  k.partitionChangeWait,
+		Logger:               log,
 	}
 }
 

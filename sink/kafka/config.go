@@ -58,6 +58,14 @@ type Config struct {
 	// of a crashed instance stays unreadable, and must exceed the time to
 	// publish one batch.
 	TransactionTimeout time.Duration
+	// CommitResolveTimeout bounds how long the sink tries to learn the
+	// outcome of a commit that got no answer (or was refused without a
+	// fence) before it stops with "commit outcome unknown" (default 5m):
+	// it must outlast a broker restart. Nothing is published meanwhile;
+	// once the outcome is known, a batch that did not commit is published
+	// again whole. When the context of Apply ends first, the sink still
+	// tries for 30 s.
+	CommitResolveTimeout time.Duration
 
 	// CreateTopics makes the sink create a table's topic on first sight
 	// (an existing topic is left as it is), with Partitions,
@@ -141,6 +149,8 @@ const (
 	DefaultTopicTemplate = "{prefix}.{database}.{table}"
 	// DefaultTransactionTimeout is Config.TransactionTimeout's default.
 	DefaultTransactionTimeout = 60 * time.Second
+	// DefaultCommitResolveTimeout is Config.CommitResolveTimeout's default.
+	DefaultCommitResolveTimeout = 5 * time.Minute
 	// DefaultMaxBufferedRecords is Config.MaxBufferedRecords's default.
 	DefaultMaxBufferedRecords = 10000
 	// DefaultMaxBufferedBytes is Config.MaxBufferedBytes's default.
@@ -166,6 +176,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TransactionTimeout == 0 {
 		c.TransactionTimeout = DefaultTransactionTimeout
+	}
+	if c.CommitResolveTimeout == 0 {
+		c.CommitResolveTimeout = DefaultCommitResolveTimeout
 	}
 	if c.Partitions == 0 {
 		c.Partitions = -1
@@ -240,6 +253,9 @@ func (c Config) validate() error {
 	}
 	if c.TransactionTimeout < time.Second {
 		return cfgErr("transaction_timeout", "must be at least 1s, got %s", c.TransactionTimeout)
+	}
+	if c.CommitResolveTimeout < time.Second {
+		return cfgErr("commit_resolve_timeout", "must be at least 1s, got %s", c.CommitResolveTimeout)
 	}
 	if c.Partitions < -1 {
 		return cfgErr("partitions", "must be positive or -1 (broker default), got %d", c.Partitions)

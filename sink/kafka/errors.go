@@ -47,9 +47,10 @@ func isFenced(err error) bool {
 }
 
 // unresolvedCommitError is a commit whose outcome could not be learned
-// (aborting, or reading the checkpoint back, failed). It is not retried:
-// republishing could duplicate the batch. The restarted pipeline reads the
-// checkpoint first.
+// within Config.CommitResolveTimeout (finishing the transaction at the
+// coordinator, or reading the checkpoint back, kept failing). It is not
+// retried: republishing could duplicate the batch. The restarted pipeline
+// reads the checkpoint first.
 type unresolvedCommitError struct {
 	commitErr, resolveErr error
 }
@@ -77,6 +78,9 @@ func retryable(err error) bool {
 	var unresolved *unresolvedCommitError
 	if errors.As(err, &unresolved) {
 		return false
+	}
+	if tidemark.IsRetryable(err) {
+		return true // e.g. verified not committed, on a new client
 	}
 	var ke *kerr.Error
 	if errors.As(err, &ke) {

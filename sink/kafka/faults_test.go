@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -244,17 +245,12 @@ func TestOpenAndCheckpointThroughFaults(t *testing.T) {
 }
 
 // TestUnresolvedCommit loses a commit's answer and makes reading the
-// checkpoint back fail: Apply must fail without republishing (that could
-// double the batch), and a restart must resume after the batch, which did
-// commit.
+// checkpoint back fail for longer than commit_resolve_timeout: Apply must
+// fail without republishing (that could double the batch), and a restart
+// must resume after the batch, which did commit.
 func TestUnresolvedCommit(t *testing.T) {
 	c := newCluster(t)
-	cfg := testConfig(t, c, true)
-	s := openSink(t, cfg)
-	cfg = s.cfg
-	st := newStream("src", "shop", 40)
-	bs := st.batches(tidemark.Position{}, 5)
-	apply(t, s, bs[0])
+	s, cfg, st, bs := startExactlyOnce(t, c, func(cfg *Config) { cfg.CommitResolveTimeout = 2 * time.Second })
 	var h *kfake.FaultHandle
 	s.hookCommitResult = func(err error) error {
 		if err == nil && h == nil {
@@ -273,4 +269,110 @@ func TestUnresolvedCommit(t *testing.T) {
 	if dups := checkDelivery(t, st, consume(t, c, topicsOf(cfg, "shop")...)); dups != 0 {
 		t.Fatalf("%d duplicates", dups)
 	}
+}
+
+// TestCommitOutcomeUnknownAcrossLongOutage loses a commit's outcome and then
+// keeps the broker from answering the requests that learn it for longer
+// than the sink once tried (30 s to read the checkpoint back, nemesis seed
+// 710275764579: "commit outcome unknown (learning it failed: read
+// checkpoint back: … connection refused)" across a Kafka restart). Nothing
+// may be published until the outcome is known, and then the batch must be
+// there once: Apply goes on trying within commit_resolve_timeout (default
+// minutes) and succeeds once the broker answers again.
+func TestCommitOutcomeUnknownAcrossLongOutage(t *testing.T) {
+	tests := []struct {
+		name    string
+		arm     func(c *kfake.Cluster, s *Sink)
+		mustLog string
+	}{
+		// The commit took effect but its answer was lost, and the
+		// checkpoint topic cannot be read for 35 s.
+		{name: "committed, checkpoint unreadable past the old bound", mustLog: "commit reported an error but took effect (checkpoint read back)",
+			arm: func(c *kfake.Cluster, s *Sink) {
+				var once atomic.Bool
+				s.hookCommitResult = func(err error) error {
+					if err == nil && once.CompareAndSwap(false, true) {
+						brokerDown(c, 35*time.Second, kmsg.ListOffsets, kmsg.Fetch)
+						return io.ErrUnexpectedEOF
+					}
+					return err
+				}
+			}},
+		// The commit never reached the broker, which answers nothing for
+		// 5 s: the transaction stays open on the broker until the sink
+		// reloads its producer id, and only after that may the
+		// checkpoint read back say "not committed".
+		{name: "commit lost, broker down",
+			arm: func(c *kfake.Cluster, s *Sink) {
+				var once atomic.Bool
+				s.hookBeforeCommit = func() error {
+					if once.CompareAndSwap(false, true) {
+						brokerDown(c, 5*time.Second)
+					}
+					return nil
+				}
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := newCluster(t)
+			s, cfg, st, bs := startExactlyOnce(t, c, nil)
+			var logged atomic.Int32
+			s.log = slog.New(msgCounter{tt.mustLog, &logged})
+			tt.arm(c, s)
+			for _, b := range bs[1:] {
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+				_, err := s.Apply(ctx, b)
+				cancel()
+				if err != nil {
+					t.Fatalf("apply batch %s across the outage: %v", b.Checkpoint, err)
+				}
+			}
+			if tt.mustLog != "" && logged.Load() == 0 {
+				t.Errorf("never logged %q: the fault was not exercised", tt.mustLog)
+			}
+			if pos, _ := checkpointOf(t, s, "src"); pos != bs[len(bs)-1].Checkpoint {
+				t.Errorf("checkpoint %s, want %s", pos, bs[len(bs)-1].Checkpoint)
+			}
+			recs := consume(t, c, topicsOf(cfg, "shop")...)
+			if dups := checkDelivery(t, st, recs); dups != 0 {
+				t.Fatalf("exactly-once: %d duplicates", dups)
+			}
+			checkOrder(t, recs)
+		})
+	}
+}
+
+// brokerDown closes the connection instead of answering any request with
+// one of keys (every request when none is given) for d.
+func brokerDown(c *kfake.Cluster, d time.Duration, keys ...kmsg.Key) {
+	until := time.Now().Add(d)
+	c.Control(func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if time.Now().After(until) {
+			c.DropControl()
+			return nil, nil, false
+		}
+		c.KeepControl()
+		if len(keys) > 0 && !slices.Contains(keys, kmsg.Key(req.Key())) {
+			return nil, nil, false
+		}
+		return nil, errors.New("broker down (test)"), true
+	})
+}
+
+// startExactlyOnce opens an exactly-once sink on c (cfg changed by edit,
+// when set) and applies the first of the batches of a stream of 40
+// transactions, 5 per batch, so that its topics exist.
+func startExactlyOnce(t *testing.T, c *kfake.Cluster, edit func(*Config)) (*Sink, Config, *stream, []*tidemark.Batch) {
+	t.Helper()
+	cfg := testConfig(t, c, true)
+	if edit != nil {
+		edit(&cfg)
+	}
+	s := openSink(t, cfg)
+	st := newStream("src", "shop", 40)
+	bs := st.batches(tidemark.Position{}, 5)
+	apply(t, s, bs[0])
+	return s, s.cfg, st, bs
 }

@@ -47,6 +47,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"tidemark"
 )
@@ -58,6 +59,7 @@ type Sink struct {
 	cfg      Config
 	cl       *kgo.Client
 	adm      *kadm.Client
+	kopts    []kgo.Opt // cl's options: renewClient makes a new cl with them
 	log      *slog.Logger
 	klog     kgoLogger
 	rlog     *tidemark.RateLimitedLogger
@@ -148,6 +150,7 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 	s := &Sink{
 		cfg:        cfg,
 		cl:         cl,
+		kopts:      opts,
 		adm:        kadm.NewClient(cl),
 		log:        log,
 		klog:       klog,
@@ -452,11 +455,11 @@ func (s *Sink) nextState(b *tidemark.Batch, stored sourceState) sourceState {
 	return next
 }
 
-// attemptTxn publishes one transaction and commits it. After a failed
-// commit it learns the outcome: it aborts (after a commit that got no
-// answer, franz-go first reloads the producer id, which makes the broker
-// finish or fence the transaction) and reads the checkpoint back: if the
-// record of this attempt is there, the transaction committed.
+// attemptTxn publishes one transaction and commits it. A commit refused
+// with PRODUCER_FENCED is a fence; after any other failed commit it learns
+// the outcome (resolveCommit): the coordinator finishes or fences the
+// transaction, and if the record of this attempt is then in the checkpoint
+// topic, the transaction committed.
 func (s *Sink) attemptTxn(ctx context.Context, source string, enc *encodedBatch, cp checkpoint) error {
 	if s.txnOpen {
 		if err := s.abort(ctx); err != nil {
@@ -508,55 +511,200 @@ func (s *Sink) attemptTxn(ctx context.Context, source string, enc *encodedBatch,
 		return nil
 	}
 	err = fmt.Errorf("commit transaction: %w", err)
-	if isFenced(err) || s.epochMoved(ctx, err, pid, epoch) {
+	if isFenced(err) {
 		return &fencedError{txnID: s.cfg.TransactionalID, err: err}
 	}
-	if aerr := s.abort(ctx); aerr != nil {
-		if isFenced(aerr) {
-			return aerr
-		}
-		return &unresolvedCommitError{commitErr: err, resolveErr: aerr}
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resolveTimeout)
-	defer cancel()
-	var got checkpoint
-	rerr := tidemark.Retry(rctx, "read checkpoint back", s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
-		var err error
-		got, _, _, err = s.readCheckpoint(ctx, source)
-		return err
-	})
-	if rerr != nil {
-		return &unresolvedCommitError{commitErr: err, resolveErr: rerr}
-	}
-	if got.Batch == cp.Batch {
-		s.log.Info("commit reported an error but took effect (checkpoint read back)", "source", source, "err", err)
-		return nil
-	}
-	return fmt.Errorf("%w (verified not committed)", err)
+	return s.resolveCommit(ctx, source, cp, err, pid, epoch)
 }
 
-// epochMoved reports whether, after a commit that the broker refused, the
-// transactional id's producer epoch has moved past the one this sink
-// committed with: another instance initialized the id (Kafka answers
-// PRODUCER_FENCED then, but a broker that sees no transaction left may
-// answer INVALID_TXN_STATE), or the broker aborted the transaction after
-// transaction_timeout. Either way this producer is fenced.
-func (s *Sink) epochMoved(ctx context.Context, err error, pid int64, epoch int16) bool {
-	var ke *kerr.Error
-	if !errors.As(err, &ke) || ke.Retriable || ke == kerr.UnknownServerError {
-		return false // no answer, or a transient one: not a refusal
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
+// resolveCommit learns the outcome of the transaction of cp, whose commit
+// failed with commitErr (no answer, or a refusal other than
+// PRODUCER_FENCED), before anything more is published: it makes the
+// coordinator finish the transaction (settle) and then reads the
+// checkpoint back. If the record of this attempt is there, the transaction
+// committed (nil). If it is not, the error says so ("verified not
+// committed", republished whole when the commit's error or a new client
+// makes that worth it). A fence stops. Any other failure is retried, as
+// long as a broker restart may take: until cfg.CommitResolveTimeout, or
+// until ctx is done but never less than resolveTimeout; then the outcome
+// is unknown (*unresolvedCommitError): the pipeline stops and its restart
+// reads the checkpoint first.
+func (s *Sink) resolveCommit(ctx context.Context, source string, cp checkpoint, commitErr error, pid int64, epoch int16) error {
+	rctx, cancel := s.resolveContext(ctx)
 	defer cancel()
-	txns, derr := s.adm.DescribeTransactions(ctx, s.cfg.TransactionalID)
-	if derr != nil {
-		return false
+	settled, renewed := false, false
+	var got checkpoint
+	b := tidemark.Backoff{Initial: s.cfg.Retry.Initial, Max: s.cfg.Retry.Max}
+	err := tidemark.Retry(rctx, "learn the outcome of the commit of "+source, b, func(err error) bool { return !isFenced(err) }, s.rlog, func(ctx context.Context) error {
+		if !settled {
+			var err error
+			if renewed, err = s.settle(ctx, pid, epoch); err != nil {
+				return err
+			}
+			settled = true
+		}
+		var err error
+		got, _, _, err = s.readCheckpoint(ctx, source)
+		if err != nil {
+			return fmt.Errorf("read checkpoint back: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		if isFenced(err) {
+			if _, ok := errors.AsType[*fencedError](err); ok {
+				return err
+			}
+			return &fencedError{txnID: s.cfg.TransactionalID, err: errors.Join(commitErr, err)}
+		}
+		return &unresolvedCommitError{commitErr: commitErr, resolveErr: err}
 	}
-	d, derr := txns.On(s.cfg.TransactionalID, nil)
-	if derr != nil || d.Err != nil {
-		return false
+	if got.Batch == cp.Batch {
+		s.log.Info("commit reported an error but took effect (checkpoint read back)", "source", source, "err", commitErr)
+		return nil
 	}
-	return d.ProducerID != pid || d.ProducerEpoch > epoch
+	if renewed {
+		// The old client could not go on (a refused commit: franz-go
+		// failed its producer id for good); the new one can, so the
+		// batch is worth publishing again whatever the refusal was.
+		return &tidemark.Retryable{Err: fmt.Errorf("%w (verified not committed; publishing it again on a new client)", commitErr)}
+	}
+	return fmt.Errorf("%w (verified not committed)", commitErr)
+}
+
+// resolveContext bounds resolveCommit: cfg.CommitResolveTimeout, and once
+// ctx is done, resolveTimeout from now at the latest (a stopping daemon
+// still tries that long, so that its restart finds the outcome known).
+func (s *Sink) resolveContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.CommitResolveTimeout)
+	floor := time.Now().Add(resolveTimeout)
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(time.Until(floor), cancel) })
+	return rctx, func() { stop(); cancel() }
+}
+
+// settle makes the transaction coordinator finish the transaction whose
+// commit failed, so that the checkpoint read back after it is final.
+// Aborting is not proof of that: franz-go's abort after a commit that got
+// no answer returns without a request when the broker cannot be reached
+// (it leaves the producer id to reload). Reloading it is the proof: an
+// InitProducerID with the transaction's producer id and epoch (KIP-360)
+// returns only once the coordinator has completed (committed or aborted)
+// the transaction, and it answers PRODUCER_FENCED when another producer
+// initialized the transactional id meanwhile (a fence, which stops).
+//
+// When franz-go failed the producer id for good (a refused commit, e.g.
+// INVALID_TXN_STATE: the coordinator had aborted the transaction on its
+// own after transaction_timeout and bumped the epoch), the client cannot
+// go on: the sink then sends that InitProducerID itself, with the commit's
+// producer id and epoch, and on success replaces the client (renewed).
+func (s *Sink) settle(ctx context.Context, pid int64, epoch int16) (renewed bool, _ error) {
+	if s.txnOpen {
+		if err := s.abort(ctx); err != nil {
+			return false, err
+		}
+	}
+	actx, cancel := context.WithTimeout(ctx, abortTimeout)
+	defer cancel()
+	_, _, err := s.cl.ProducerID(actx)
+	if err == nil {
+		return false, nil
+	}
+	if isFenced(err) {
+		return false, &fencedError{txnID: s.cfg.TransactionalID, err: fmt.Errorf("reload producer id: %w", err)}
+	}
+	if ke, ok := errors.AsType[*kerr.Error](err); !ok || ke.Retriable {
+		return false, fmt.Errorf("reload producer id: %w", err)
+	}
+	// franz-go's producer id is failed for good.
+	clientErr := err
+	if err := s.ownAbort(actx, pid, epoch); err != nil {
+		return false, err
+	}
+	if err := s.reclaim(actx, pid, epoch); err != nil {
+		if isFenced(err) {
+			return false, &fencedError{txnID: s.cfg.TransactionalID, err: fmt.Errorf("take the producer id back (the client's is failed: %v): %w", clientErr, err)}
+		}
+		return false, fmt.Errorf("take the producer id back (the client's is failed: %v): %w", clientErr, err)
+	}
+	s.log.Info("transaction coordinator gave the producer id back (no other instance took it); going on with a new client",
+		"transactional_id", s.cfg.TransactionalID, "producer_id", pid, "epoch", epoch, "client_err", clientErr)
+	return true, s.renewClient()
+}
+
+// ownAbort checks, before reclaim, that the coordinator shows the
+// transactional id as it leaves it after aborting this sink's transaction
+// on its own: the same producer id, the epoch not moved, or moved by one
+// with the transaction aborted (CompleteAbort). Another producer that
+// initialized the id moved the epoch further, or left it Empty or in a
+// transaction of its own: a fence (reclaim would also get PRODUCER_FENCED
+// from Apache Kafka, but not from every broker: kfake accepts any older
+// epoch). An abort still being completed is retried.
+func (s *Sink) ownAbort(ctx context.Context, pid int64, epoch int16) error {
+	txns, err := s.adm.DescribeTransactions(ctx, s.cfg.TransactionalID)
+	if err != nil {
+		return fmt.Errorf("describe transaction: %w", err)
+	}
+	d, err := txns.On(s.cfg.TransactionalID, nil)
+	if err == nil {
+		err = d.Err
+	}
+	if err != nil {
+		return fmt.Errorf("describe transaction: %w", err)
+	}
+	switch {
+	case d.ProducerID == pid && d.ProducerEpoch <= epoch:
+		return nil
+	case d.ProducerID == pid && d.ProducerEpoch == epoch+1 && d.State == "CompleteAbort":
+		return nil
+	case d.ProducerID == pid && d.ProducerEpoch == epoch+1 && (d.State == "PrepareAbort" || d.State == "PrepareEpochFence"):
+		return fmt.Errorf("describe transaction: the coordinator is still aborting it (%s)", d.State)
+	}
+	return &fencedError{txnID: s.cfg.TransactionalID, err: fmt.Errorf("the transactional id moved on since this producer's transaction (producer id %d epoch %d): now producer id %d epoch %d, %s",
+		pid, epoch, d.ProducerID, d.ProducerEpoch, d.State)}
+}
+
+// reclaim sends InitProducerID for the transactional id with the producer
+// id and epoch of this sink's last transaction (KIP-360): the coordinator
+// accepts it (bumping the epoch, and completing that transaction first)
+// when that epoch is its current one or the one it bumped from when it
+// aborted the transaction on its own, and answers PRODUCER_FENCED when
+// another producer has initialized the id since.
+func (s *Sink) reclaim(ctx context.Context, pid int64, epoch int16) error {
+	txnID := s.cfg.TransactionalID
+	for {
+		req := kmsg.NewPtrInitProducerIDRequest()
+		req.TransactionalID = &txnID
+		req.TransactionTimeoutMillis = int32(s.cfg.TransactionTimeout.Milliseconds())
+		req.ProducerID, req.ProducerEpoch = pid, epoch
+		resp, err := req.RequestWith(ctx, s.cl)
+		if err == nil {
+			err = kerr.ErrorForCode(resp.ErrorCode)
+		}
+		if !errors.Is(err, kerr.ConcurrentTransactions) {
+			return err
+		}
+		// The coordinator is still completing the transaction.
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// renewClient replaces the producer client by a new one with the same
+// options, which initializes the transactional id again on its first
+// transaction. Only after reclaim: the new producer would fence whatever
+// holds the id.
+func (s *Sink) renewClient() error {
+	cl, err := kgo.NewClient(s.kopts...)
+	if err != nil {
+		return fmt.Errorf("new kafka client: %w", err)
+	}
+	s.cl.Close()
+	s.cl, s.adm = cl, kadm.NewClient(cl)
+	s.txnOpen = false
+	return nil
 }
 
 // abort ends the open transaction with an abort, after failing whatever is
@@ -676,8 +824,8 @@ const (
 	// leaderWait bounds the wait for the leaders of a topic's partitions
 	// after creating it.
 	leaderWait = 10 * time.Second
-	// resolveTimeout bounds reading the checkpoint back after a commit
-	// that got no answer.
+	// resolveTimeout is how long resolveCommit goes on once the context
+	// of Apply is done.
 	resolveTimeout = 30 * time.Second
 	// abortTimeout bounds aborting a transaction.
 	abortTimeout = 30 * time.Second
