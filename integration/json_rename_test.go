@@ -106,26 +106,42 @@ func TestJSONColumnOfAnOlderLayoutAfterRestart(t *testing.T) {
 		db, start := f.newSource(t, "it_jsonrst_")
 		f.exec(t, "CREATE DATABASE "+db)
 		cfg := f.daemon(db, db, db, "UTC", start, "").Write(t)
-		jsonAfterRestart(t, f, db, db, []string{"run", "--config", cfg}, nil)
+		jsonAfterRestart(t, f, db, db, []string{"run", "--config", cfg}, nil, jsonRenameSteps)
 	})
 	t.Run("fanout", func(t *testing.T) {
 		f := newFixture(t)
 		r := f.newKafkaRun(t, "it_jsonrstf_", 105, "")
-		jsonAfterRestart(t, f, r.db, r.db, []string{"run", "--config", r.cfg}, nil)
+		jsonAfterRestart(t, f, r.db, r.db, []string{"run", "--config", r.cfg}, nil, jsonRenameSteps)
 	})
 	t.Run("apply", func(t *testing.T) {
 		f := newFixture(t)
 		r, _ := f.newApplyRun(t, "it_jsonrsta_", 106, 2, 50)
-		jsonAfterRestart(t, f, r.db, r.db, []string{"run", "--config", r.cfg}, [][]string{{"apply", "--config", r.cfg}})
+		jsonAfterRestart(t, f, r.db, r.db, []string{"run", "--config", r.cfg}, [][]string{{"apply", "--config", r.cfg}}, jsonRenameSteps)
+	})
+	// The seed's own shape: rows of the older layout, then DROP TABLE and
+	// CREATE TABLE without j (ddl.drop_table: apply).
+	t.Run("dropcreate", func(t *testing.T) {
+		f := newFixture(t)
+		db, start := f.newSource(t, "it_jsonrstd_")
+		f.exec(t, "CREATE DATABASE "+db)
+		d := f.daemon(db, db, db, "UTC", start, "")
+		d.Target.Postgres.More = map[string]any{"ddl": map[string]any{"drop_table": "apply"}}
+		jsonAfterRestart(t, f, db, db, []string{"run", "--config", d.Write(t)}, nil, []string{
+			`INSERT INTO t VALUES (3, '{"b": 2}', 3)`,
+			`UPDATE t SET j = '{"a": 10}' WHERE id = 1`,
+			"DROP TABLE t",
+			"CREATE TABLE t (id INT PRIMARY KEY, k JSON, v INT)",
+			`INSERT INTO t VALUES (4, '{"c": 3}', 4)`,
+		})
 	})
 }
 
-// jsonAfterRestart runs TestJSONColumnOfAnOlderLayoutAfterRestart's steps
-// in database db (which exists) of source: table t is created, the tailer
+// jsonAfterRestart runs TestJSONColumnOfAnOlderLayoutAfterRestart in
+// database db (which exists) of source: table t is created, the tailer
 // (tailerArgs) and the others (appliers) are started, the tailer is killed
-// after the first layout converged, the source changes the table, and a
-// new tailer resumes.
-func jsonAfterRestart(t *testing.T, f *fixture, source, db string, tailerArgs []string, others [][]string) {
+// after the first layout converged, the source runs steps (which end with a
+// row 4 and a column k, JSON), and a new tailer resumes.
+func jsonAfterRestart(t *testing.T, f *fixture, source, db string, tailerArgs []string, others [][]string, steps []string) {
 	t.Helper()
 	f.exec(t, "USE "+db,
 		"CREATE TABLE t (id INT PRIMARY KEY, j JSON, v INT)",
@@ -139,7 +155,7 @@ func jsonAfterRestart(t *testing.T, f *fixture, source, db string, tailerArgs []
 	spec := harness.TableSpec{Database: db, Table: "t", SourceZone: "UTC"}
 	ps.converge(spec, "before the kill")
 	ps.procs[0].kill()
-	f.exec(t, append([]string{"USE " + db}, jsonRenameSteps...)...)
+	f.exec(t, append([]string{"USE " + db}, steps...)...)
 	ps.procs[0] = f.startCommand(t, tailerArgs)
 	// The stream passes the rename (row 4 is written after it).
 	quarantined := func() bool {
