@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,6 +45,11 @@ type serverState struct {
 	// offset is not what the checkpoint saw there (MySQL, see
 	// checkAtCheckpoint); "" when it is, or cannot be told.
 	notAtCheckpoint string
+	// backwards says, on MariaDB, that a domain's last GTID is below the
+	// checkpoint's although the binlog holds the checkpoint (see
+	// placeBackwards): a sequence number went backwards after it; ""
+	// otherwise.
+	backwards string
 }
 
 // inspect reads what resolve needs to know about the stored checkpoint on
@@ -54,7 +61,58 @@ func (t *Tailer) inspect(ctx context.Context, stored tidemark.Position, st *serv
 	if err := t.checkAtCheckpoint(ctx, stored, st); err != nil {
 		return err
 	}
+	if err := t.placeBackwards(ctx, stored, st); err != nil {
+		return err
+	}
 	return t.placeErrant(ctx, stored, st)
+}
+
+// placeBackwards looks, when a MariaDB binlog's last GTID of a domain is
+// below the checkpoint's (gtidBelow), whether the binlog still holds the
+// checkpoint (nemesis seed 301640696642): its file is listed, an event
+// starts at its offset and BINLOG_GTID_POS there is the checkpoint's GTID
+// position. Without gtid_strict_mode a transaction can be committed with a
+// lower sequence number (SET gtid_seq_no, a mysqlbinlog replay for a
+// point-in-time recovery), and @@gtid_binlog_pos and @@gtid_binlog_state,
+// which hold each domain's (and server's) last GTID, not its highest, show
+// that number until the next transaction. Such a binlog is not behind the
+// checkpoint; RESET MASTER, a restored backup or another server with the
+// same server_id has other GTIDs at that offset, or none. The server
+// refuses the checkpoint's GTID then ("not in the master's binlog"), so
+// the stream starts at the file and offset (Resolution.ByFile).
+func (t *Tailer) placeBackwards(ctx context.Context, stored tidemark.Position, st *serverState) error {
+	if t.cfg.Flavor != FlavorMariaDB || stored.GTID == "" || stored.File == "" || stored.Offset == 0 || !st.files[stored.File] || st.notAtCheckpoint != "" {
+		return nil
+	}
+	if !stored.Source.IsZero() && (stored.Source.Server != st.id.Server || stored.Source.Basename != st.id.Basename) {
+		return nil
+	}
+	below, why := gtidBelow(stored, *st)
+	if !below || st.backwards != "" {
+		return nil
+	}
+	got, same, err := t.gtidPosAt(ctx, stored)
+	if err != nil {
+		return err
+	}
+	if same {
+		st.backwards = fmt.Sprintf("%s, though the binlog holds the checkpoint: %s:%d is %s in it (a GTID sequence number went backwards after it, without gtid_strict_mode: SET gtid_seq_no, a mysqlbinlog replay)", why, stored.File, stored.Offset, got)
+	}
+	return nil
+}
+
+// gtidPosAt reads MariaDB's BINLOG_GTID_POS at the stored position's file
+// and offset (NULL, "", when no event starts there or the file is not in
+// the binlog) and reports whether it is the position's GTID set.
+func (t *Tailer) gtidPosAt(ctx context.Context, stored tidemark.Position) (string, bool, error) {
+	r, err := t.query(ctx, "SELECT BINLOG_GTID_POS(?, ?)", stored.File, stored.Offset)
+	if err != nil {
+		return "", false, fmt.Errorf("place checkpoint %s on source %s: %w", stored, t.cfg.Name, err)
+	}
+	got, _ := r.GetString(0, 0)
+	want, err1 := tidemark.ParseMariaDBGTIDSet(stored.GTID)
+	have, err2 := tidemark.ParseMariaDBGTIDSet(got)
+	return got, got != "" && err1 == nil && err2 == nil && want.String() == have.String(), nil
 }
 
 // placeErrant looks, when a MySQL checkpoint of another server is to be
@@ -125,14 +183,11 @@ func (t *Tailer) placeLegacy(ctx context.Context, stored tidemark.Position, st *
 		}
 		return nil
 	}
-	r, err := t.query(ctx, "SELECT BINLOG_GTID_POS(?, ?)", stored.File, stored.Offset)
+	got, same, err := t.gtidPosAt(ctx, stored)
 	if err != nil {
-		return fmt.Errorf("place checkpoint %s on source %s: %w", stored, t.cfg.Name, err)
+		return err
 	}
-	got, _ := r.GetString(0, 0)
-	want, err1 := tidemark.ParseMariaDBGTIDSet(stored.GTID)
-	have, err2 := tidemark.ParseMariaDBGTIDSet(got)
-	if got == "" || err1 != nil || err2 != nil || want.String() != have.String() {
+	if !same {
 		st.legacyElsewhere = fmt.Sprintf("the legacy checkpoint's %s:%d is %s in this server's binlog, not %s", stored.File, stored.Offset, orNone(got), stored.GTID)
 	}
 	return nil
@@ -216,6 +271,19 @@ func (t *Tailer) checkAtCheckpoint(ctx context.Context, stored tidemark.Position
 		}
 		for d, next := range g {
 			if have, ok := mset[d]; ok && next.Seq <= have.Seq {
+				// After RESET MASTER the binlog's GTID position at
+				// the offset is the new history's (strict mode: below
+				// the next transaction's). The checkpoint's own
+				// there means the sequence went backwards after it
+				// while strict mode was off (placeBackwards).
+				got, same, err := t.gtidPosAt(ctx, stored)
+				if err != nil {
+					return err
+				}
+				if same {
+					st.backwards = fmt.Sprintf("the transaction at %s:%d, right after the checkpoint, is %s, though the binlog holds the checkpoint: %s:%d is %s in it (a GTID sequence number went backwards after it, committed while gtid_strict_mode was off: SET gtid_seq_no, a mysqlbinlog replay)", stored.File, stored.Offset, m[1], stored.File, stored.Offset, got)
+					return nil
+				}
 				st.notAtCheckpoint = fmt.Sprintf("the transaction at %s:%d, right after the checkpoint, is %s, which the checkpoint already holds", stored.File, stored.Offset, m[1])
 			}
 		}
@@ -380,6 +448,10 @@ type Resolution struct {
 	// Note explains, for people, what following the change means (the
 	// log line at the switch).
 	Note string
+	// ByFile says that the stream must start at Start's file and offset,
+	// not its GTID: MariaDB refuses a GTID above the domain's last one
+	// (placeBackwards).
+	ByFile bool
 }
 
 // Resolve compares a stored position with the server the source's address
@@ -543,17 +615,27 @@ func (t *Tailer) resolveRules(stored tidemark.Position, st serverState) (Resolut
 		res.Changed = append(res.Changed, st.legacyElsewhere)
 	}
 	behind, why := t.behind(stored, st)
+	if sameServer && !behind && st.backwards != "" {
+		if st.id.Scheme == VersionGTID {
+			// The binlog holds the checkpoint, but version: gtid
+			// cannot order what follows it.
+			return res, fmt.Errorf("resume source %s: %s; version: gtid orders changes by that number, and rows older than the checkpoint would win over the changes after it: set gtid_strict_mode=ON, and source.version: filepos (tidemark then resumes at the checkpoint %s in the next epoch, ordering by binlog position): %w",
+				name, st.backwards, stored, tidemark.ErrSourceConfig)
+		}
+		res.ByFile = true
+		res.Note = "resuming at the checkpoint's file and offset: " + st.backwards
+	}
 	switch {
 	case sameServer && !behind:
 		if prev.Scheme != st.id.Scheme {
 			// Rule 3.
 			res.Start.Epoch = next
-			res.Note = fmt.Sprintf("version scheme changed from %s to %s: versions from here on are in epoch %d and win over every row written before", prev.Scheme, st.id.Scheme, next)
+			res.Note = joinNote(res.Note, fmt.Sprintf("version scheme changed from %s to %s: versions from here on are in epoch %d and win over every row written before", prev.Scheme, st.id.Scheme, next))
 		} else {
 			// Rule 1.
 			res.Start.Epoch = stored.Epoch
 			if legacy {
-				res.Note = "the checkpoint has no source identity (written by an earlier release): taking it as this server's"
+				res.Note = joinNote(res.Note, "the checkpoint has no source identity (written by an earlier release): taking it as this server's")
 			}
 		}
 		t.lin.set(res.Start.Epoch, st.id)
@@ -595,22 +677,11 @@ func (t *Tailer) resolveRules(stored tidemark.Position, st serverState) (Resolut
 // (without GTIDs) a newest binlog file older than the position's.
 func (t *Tailer) behind(stored tidemark.Position, st serverState) (bool, string) {
 	if t.cfg.Flavor == FlavorMariaDB && stored.GTID != "" {
-		want, err1 := tidemark.ParseMariaDBGTIDSet(stored.GTID)
-		have, err2 := tidemark.ParseMariaDBGTIDSet(st.gtidPos)
+		_, err1 := tidemark.ParseMariaDBGTIDSet(stored.GTID)
+		_, err2 := tidemark.ParseMariaDBGTIDSet(st.gtidPos)
 		if err1 == nil && err2 == nil {
-			for d, g := range want {
-				h, ok := have[d]
-				if !ok || h.Seq < g.Seq {
-					return true, fmt.Sprintf("GTID %s, the server's binlog has %s", g, orNone(st.gtidPos))
-				}
-				// The server's binlog has later sequence numbers of the
-				// domain; it has g itself only if its last GTID from g's
-				// server is g or later (gtid_binlog_state). A replica
-				// promoted before it received g writes its own
-				// transactions over the same numbers.
-				if st.gtidState != "" && !stateHas(st.gtidState, g) {
-					return true, fmt.Sprintf("GTID %s is not in the server's binlog (its GTID state is %s)", g, st.gtidState)
-				}
+			if below, why := gtidBelow(stored, st); below && st.backwards == "" {
+				return true, why
 			}
 			// RESET MASTER restarts the numbers: once the server wrote
 			// as many transactions again, only the binlog at the
@@ -640,6 +711,33 @@ func (t *Tailer) behind(stored tidemark.Position, st serverState) (bool, string)
 	return fileBehind(stored, st)
 }
 
+// gtidBelow reports whether a MariaDB server's binlog state is below the
+// stored position's GTIDs: a domain whose last sequence number is lower, or
+// whose last GTID from the position's server is.
+func gtidBelow(stored tidemark.Position, st serverState) (bool, string) {
+	want, err1 := tidemark.ParseMariaDBGTIDSet(stored.GTID)
+	have, err2 := tidemark.ParseMariaDBGTIDSet(st.gtidPos)
+	if err1 != nil || err2 != nil {
+		return false, ""
+	}
+	for _, d := range slices.Sorted(maps.Keys(want)) {
+		g := want[d]
+		h, ok := have[d]
+		if !ok || h.Seq < g.Seq {
+			return true, fmt.Sprintf("GTID %s, the server's binlog has %s", g, orNone(st.gtidPos))
+		}
+		// The server's binlog has later sequence numbers of the
+		// domain; it has g itself only if its last GTID from g's
+		// server is g or later (gtid_binlog_state). A replica
+		// promoted before it received g writes its own
+		// transactions over the same numbers.
+		if st.gtidState != "" && !stateHas(st.gtidState, g) {
+			return true, fmt.Sprintf("GTID %s is not in the server's binlog (its GTID state is %s)", g, st.gtidState)
+		}
+	}
+	return false, ""
+}
+
 // fileBehind reports whether the server's newest binlog file is older than
 // the stored position's (same basename).
 func fileBehind(stored tidemark.Position, st serverState) (bool, string) {
@@ -651,6 +749,14 @@ func fileBehind(stored tidemark.Position, st serverState) (bool, string) {
 		}
 	}
 	return false, ""
+}
+
+// joinNote appends note b to a ("; " between them).
+func joinNote(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
 }
 
 func orNone(s string) string {

@@ -204,7 +204,7 @@ func (s *session) startAt(ctx context.Context, st serverState) error {
 	case t.cfg.Flavor == FlavorMySQL:
 		t.mysqlGTIDMode = strings.EqualFold(st.gtidMode, "ON") // this server's, after a failover too
 		s.streamer, s.mysql, s.file, err = t.startMySQL(ctx, s.syncer, pos)
-	case pos.GTID != "" && t.cfg.Flavor == FlavorMariaDB:
+	case pos.GTID != "" && t.cfg.Flavor == FlavorMariaDB && !(s.res.ByFile && pos.File != ""):
 		if s.gtids, err = tidemark.ParseMariaDBGTIDSet(pos.GTID); err != nil {
 			return fmt.Errorf("start binlog of %s: %w", t.cfg.Name, err)
 		}
@@ -336,6 +336,14 @@ func (s *session) beginGroup(e *replication.MariadbGTIDEvent, h *replication.Eve
 			if d != e.GTID.DomainID {
 				return fmt.Errorf("stream binlog of %s: GTID domains %d and %d both seen: version: gtid orders one domain's sequence numbers; set source.version: filepos: %w", t.cfg.Name, d, e.GTID.DomainID, tidemark.ErrSourceConfig)
 			}
+		}
+		// Without gtid_strict_mode a sequence number can go backwards
+		// (SET gtid_seq_no, a mysqlbinlog replay): the group's rows
+		// would get versions below rows already written, and lose to
+		// them in the target.
+		if last, ok := s.gtids[e.GTID.DomainID]; ok && e.GTID.SequenceNumber <= last.Seq {
+			return fmt.Errorf("stream binlog of %s at %s:%d: GTID %s follows %s: the domain's sequence number went backwards (gtid_strict_mode off: SET gtid_seq_no, a mysqlbinlog replay), and version: gtid, which orders changes by it, would let older rows win over this transaction's: set gtid_strict_mode=ON, and source.version: filepos (tidemark then resumes at the checkpoint in the next epoch, ordering by binlog position): %w",
+				t.cfg.Name, s.file, uint64(h.LogPos)-uint64(h.EventSize), e.GTID.String(), last, tidemark.ErrSourceConfig)
 		}
 	}
 	s.tx = txState{active: !e.IsStandalone(), standalone: e.IsStandalone(), hasGTID: true,

@@ -20,17 +20,8 @@ import (
 // daemon must stop naming RESET MASTER and tidemark catchup.
 func TestResetMasterOvertakenWhileStopped(t *testing.T) {
 	f := newFixture(t)
-	a := f.startPrivateMariaDB(t, 33)
-	db := testenv.Name("it_resetover_")
-	f.dropLater(t, db, db)
-	ca := f.connPrivate(t, a)
-	load := newAcctLoad(t, ca, db)
-	cfg := f.configYAMLWith(t, db, db, db, "UTC", tidemark.Position{}, "")
-	setSourceOption(t, cfg, "addr", a.Addr)
-	d := f.startDaemon(t, cfg)
-	f.waitCheckpointAt(t, db, a, d)
-	load.runFor(t, ca, 500*time.Millisecond)
-	f.waitCheckpointAt(t, db, a, d)
+	s := f.streamPrivate(t, 33, "it_resetover_", "gtid")
+	a, ca, load, cfg, d := s.a, s.ca, s.load, s.cfg, s.d
 	if code := d.stop(t); code != 0 {
 		t.Fatalf("exit %d\n%s", code, tail(d.stderr.String(), 30))
 	}
