@@ -310,13 +310,21 @@ var errStopNow = errors.New("stop without applying")
 
 // applyFiltered applies the batch without the changes of tables that are
 // not streaming. A *TableError from the sink quarantines that table, and the
-// rest of the batch is applied without it.
+// rest of the batch is applied without it. So does one of a constraint a
+// load held until the stream passed it (ErrHeldConstraint), whose table
+// the batch need not hold: the sink does not build it again.
 func (p *Pipeline) applyFiltered(ctx context.Context, b *Batch) (ApplyStats, error) {
+	held := map[TableID]bool{}
 	for {
 		p.tables.filter(b)
 		stats, err := p.sink.Apply(ctx, b)
 		var te *TableError
-		if err == nil || !errors.As(err, &te) || !batchHas(b, te.Table) {
+		if err == nil || !errors.As(err, &te) {
+			return stats, err
+		}
+		if errors.Is(err, ErrHeldConstraint) && !held[te.Table] {
+			held[te.Table] = true
+		} else if !batchHas(b, te.Table) {
 			return stats, err
 		}
 		if qerr := p.quarantine(ctx, te.Table, te.Err); qerr != nil {

@@ -261,3 +261,21 @@ type IndexMirror interface {
 	// table is not an error (nothing to index yet).
 	MirrorIndexes(ctx context.Context, id TableID, idx []Index) error
 }
+
+// IndexMirrorAfter is implemented by index mirrors that can hold the unique
+// constraints a load dropped until the stream is past the load. A load
+// that reads chunk by chunk, resumed after a kill or not, leaves a target
+// mixed from several read times: a row read early whose source row was
+// deleted or changed since keeps its old values until the stream applies
+// that change, so a unique check right after the load judges a state the
+// source never had. The target is consistent once the stream has applied
+// past a position captured after the load's last read (the high
+// watermark).
+type IndexMirrorAfter interface {
+	// MirrorIndexesAfter is MirrorIndexes, except that the unique
+	// constraints a load dropped are built (and a violation judged: the
+	// table quarantined, ErrHeldConstraint) by the first batch of source
+	// whose checkpoint is at or past after; until then they wait, across
+	// restarts. A zero after builds them now.
+	MirrorIndexesAfter(ctx context.Context, source string, id TableID, idx []Index, after Position) error
+}

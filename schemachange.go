@@ -45,6 +45,11 @@ var (
 	// primary key, an unsupported type, an invalid column name...). The
 	// table is quarantined.
 	ErrUndecodable = errors.New("table rows cannot be decoded")
+	// ErrHeldConstraint marks a *TableError of a constraint a load left
+	// waiting for the stream (IndexMirrorAfter) that fails when a batch
+	// past the load's high watermark builds it: the table is quarantined
+	// even when the batch holds none of its changes.
+	ErrHeldConstraint = errors.New("a unique constraint held since a load fails once the stream passed the load's high watermark")
 )
 
 // TableError is an error confined to one table that retrying cannot fix.

@@ -63,11 +63,15 @@ func (c *CatchUp) Snapshotter(idx tidemark.IndexLister, reg Registry, report fun
 				return tidemark.Version{}, err
 			}
 		}
+		after, err := c.highWatermark(ctx, reg, rep.Snapshot.Position)
+		if err != nil {
+			return tidemark.Version{}, err
+		}
 		for _, tr := range rep.Tables {
 			if tr.Mode == "gone" {
 				continue
 			}
-			if err := mirrorIndexes(ctx, idx, reg, tr.Table); err != nil {
+			if err := mirrorIndexes(ctx, idx, reg, tr.Table, c.cfg.Source, after); err != nil {
 				return tidemark.Version{}, err
 			}
 		}
@@ -149,16 +153,42 @@ func (c *CatchUp) RunStreaming(ctx context.Context, idx tidemark.IndexLister, re
 }
 
 // mirrorIndexes mirrors the source's current secondary indexes of a table
-// onto its target (a no-op when they are already there).
-func mirrorIndexes(ctx context.Context, idx tidemark.IndexLister, reg tidemark.IndexMirror, id tidemark.TableID) error {
+// onto its target (a no-op when they are already there). With a non-zero
+// after (highWatermark) the unique constraints a load dropped wait until
+// the stream of source has applied past it (tidemark.IndexMirrorAfter).
+func mirrorIndexes(ctx context.Context, idx tidemark.IndexLister, reg tidemark.IndexMirror, id tidemark.TableID, source string, after tidemark.Position) error {
 	ix, err := idx.Indexes(ctx, id)
 	if err != nil {
 		return err
 	}
-	if err := reg.MirrorIndexes(ctx, id, ix); err != nil {
+	if m, ok := reg.(tidemark.IndexMirrorAfter); ok && !after.IsZero() {
+		err = m.MirrorIndexesAfter(ctx, source, id, ix, after)
+	} else {
+		err = reg.MirrorIndexes(ctx, id, ix)
+	}
+	if err != nil {
 		return fmt.Errorf("mirror the indexes of %s: %w", id, err)
 	}
 	return nil
+}
+
+// highWatermark captures the source's position after a load's last read:
+// the target is consistent once the stream has applied past it, and the
+// unique constraints the load dropped wait for that (IndexMirrorAfter). It
+// is zero when reg cannot hold them or when nothing was written since the
+// load's capture (the target is consistent now: they are built at once).
+func (c *CatchUp) highWatermark(ctx context.Context, reg tidemark.IndexMirror, captured tidemark.Position) (tidemark.Position, error) {
+	if _, ok := reg.(tidemark.IndexMirrorAfter); !ok {
+		return tidemark.Position{}, nil
+	}
+	snap, err := c.src.Capture(ctx)
+	if err != nil {
+		return tidemark.Position{}, fmt.Errorf("capture the high watermark after the load: %w", err)
+	}
+	if cmp, err := snap.Position.Compare(captured); err == nil && cmp <= 0 {
+		return tidemark.Position{}, nil
+	}
+	return snap.Position, nil
 }
 
 // MirrorAfterLoad mirrors the indexes of the tables a RunReport loaded
@@ -172,11 +202,15 @@ func (c *CatchUp) MirrorAfterLoad(ctx context.Context, rep Report, idx tidemark.
 // mirrorAfterLoad mirrors the indexes of the tables a catch-up loaded. A
 // table whose rows violate a mirrored constraint is quarantined.
 func (c *CatchUp) mirrorAfterLoad(ctx context.Context, rep Report, idx tidemark.IndexLister, reg Registry, skip map[tidemark.TableID]bool) error {
+	after, err := c.highWatermark(ctx, reg, rep.Snapshot.Position)
+	if err != nil {
+		return err
+	}
 	for _, tr := range rep.Tables {
 		if skip[tr.Table] || tr.Mode == "gone" {
 			continue
 		}
-		err := mirrorIndexes(ctx, idx, reg, tr.Table)
+		err := mirrorIndexes(ctx, idx, reg, tr.Table, c.cfg.Source, after)
 		if te := tableErrorOf(err); te != nil && !skip[te.Table] {
 			if err := c.quarantine(ctx, te, reg, skip); err != nil {
 				return err
@@ -325,5 +359,5 @@ func (s *chunks) FinishSnapshot(ctx context.Context, id tidemark.TableID) error 
 	if err := s.reg.EnsureTable(ctx, t); err != nil {
 		return err
 	}
-	return mirrorIndexes(ctx, s.idx, s.reg, id)
+	return mirrorIndexes(ctx, s.idx, s.reg, id, "", tidemark.Position{})
 }

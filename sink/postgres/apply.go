@@ -110,6 +110,9 @@ func (s *Sink) apply(ctx context.Context, b *tidemark.Batch, missing *bool) (tid
 			return tidemark.ApplyStats{}, fmt.Errorf("%s: %w", what, err)
 		}
 	}
+	if p.heldDue, err = s.heldDue(ctx, b); err != nil {
+		return tidemark.ApplyStats{}, fmt.Errorf("%s: %w", what, redact(err, s.secret))
+	}
 	var stats tidemark.ApplyStats
 	err = tidemark.Retry(ctx, what, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
 		actx, cancel := context.WithTimeout(ctx, s.cfg.ApplyTimeout)
@@ -125,6 +128,11 @@ func (s *Sink) apply(ctx context.Context, b *tidemark.Batch, missing *bool) (tid
 		return nil
 	})
 	if err != nil {
+		var te *tidemark.TableError
+		if errors.As(err, &te) && errors.Is(err, tidemark.ErrHeldConstraint) {
+			s.dropHeld(te.Table) // quarantined by the caller
+			return tidemark.ApplyStats{}, redact(err, s.secret)
+		}
 		*missing = s.forgetOnMissing(err, p)
 		if cerr := applyConstraintFailed(err, p); cerr != nil {
 			return tidemark.ApplyStats{}, redact(cerr, s.secret)
@@ -132,6 +140,10 @@ func (s *Sink) apply(ctx context.Context, b *tidemark.Batch, missing *bool) (tid
 		return tidemark.ApplyStats{}, redact(err, s.secret)
 	}
 	s.tombCommitted(b.Source, p.tombNext)
+	for _, id := range p.heldBuilt {
+		s.dropHeld(id)
+		s.forgetTable(id)
+	}
 	s.log.Debug("applied batch", "source", b.Source, "changes", len(b.Changes),
 		"inserted", stats.Inserted, "updated", stats.Updated, "deleted", stats.Deleted,
 		"skipped", stats.Skipped, "coalesced", stats.Coalesced, "duration", time.Since(start))
@@ -178,6 +190,11 @@ func (s *Sink) applyOnce(ctx context.Context, b *tidemark.Batch, p *batchPlan) (
 	if err := tx.QueryRow(ctx, "SELECT txid_current(), now()").Scan(&xid, &now); err != nil {
 		return st, fmt.Errorf("begin transaction: %w", err)
 	}
+	if len(p.heldDue) > 0 {
+		if err := lockHeld(ctx, tx); err != nil {
+			return st, err
+		}
+	}
 	deletes := false
 	for _, g := range p.groups {
 		deletes = deletes || (g.def.tomb != "" && g.nDelete+g.nKeyGone > 0)
@@ -200,6 +217,16 @@ func (s *Sink) applyOnce(ctx context.Context, b *tidemark.Batch, p *batchPlan) (
 	}
 	if err := s.fence(ctx, tx, b.Source); err != nil {
 		return st, err
+	}
+	p.heldBuilt = p.heldBuilt[:0]
+	for _, id := range p.heldDue {
+		done, err := s.buildHeld(ctx, tx, id, b.Source, b.Checkpoint)
+		if err != nil {
+			return st, err
+		}
+		if done {
+			p.heldBuilt = append(p.heldBuilt, id)
+		}
 	}
 	q := querier{tx}
 	if !b.Checkpoint.IsZero() {

@@ -152,11 +152,11 @@ func (s *Sink) ensureIndexes(ctx context.Context, tx pgx.Tx, d *tableDef) error 
 	if t.align == nil {
 		return nil
 	}
-	before := maps.Clone(t.align.Indexes)
+	before, held := maps.Clone(t.align.Indexes), t.align.UniqueAfter
 	if _, err := s.mirrorTx(ctx, tx, d.id, d.qname, t, t.align, d.table.Indexes, false); err != nil {
 		return err
 	}
-	if maps.Equal(before, t.align.Indexes) {
+	if maps.Equal(before, t.align.Indexes) && sameHeld(held, t.align.UniqueAfter) {
 		return nil
 	}
 	if err := setAlignment(ctx, tx, d.qname, t.align); err != nil {
@@ -200,6 +200,12 @@ func (s *Sink) dropUniqueForLoad(ctx context.Context, tx pgx.Tx, d *tableDef, a 
 		}
 		delete(a.Indexes, name)
 		n++
+	}
+	if a.UniqueAfter != nil {
+		// A load again while the constraints an earlier load dropped
+		// wait for the stream: they wait for this load's end now.
+		a.UniqueAfter = nil
+		a.UniqueAfterLoad = true
 	}
 	if n > 0 {
 		a.UniqueAfterLoad = true

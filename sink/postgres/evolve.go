@@ -129,6 +129,25 @@ type alignment struct {
 	// table's mirrored unique constraints: only MirrorIndexes, after the
 	// load, builds them again (indexes.go, "During a load").
 	UniqueAfterLoad bool `json:"unique_after_load,omitempty"`
+	// UniqueAfter, set beside UniqueAfterLoad once the load's rows are in
+	// (MirrorIndexesAfter), holds those constraints until the stream has
+	// applied past the load's high watermark (indexes.go, "Built once the
+	// target is consistent").
+	UniqueAfter *uniqueAfter `json:"unique_after,omitempty"`
+}
+
+// uniqueAfter is a table's unique constraints waiting for the stream.
+type uniqueAfter struct {
+	// Source is the source whose checkpoint must pass After.
+	Source string `json:"source"`
+	// Table is the source table (tidemark.TableID.String()).
+	Table string `json:"table"`
+	// After is the high watermark: a source position captured after the
+	// load's last read.
+	After string `json:"after"`
+	// Create maps each constraint to build to its statement (kept up to
+	// date by the DDL events meanwhile: mirrorTx).
+	Create map[string]string `json:"create,omitempty"`
 }
 
 // since returns the version of the layout the table is aligned to (zero:
@@ -406,6 +425,7 @@ func (d *tableDef) evolve(t *targetTable, policy SchemaPolicy, at tidemark.Versi
 		ev.align.Kept = slices.Clone(old.Kept)
 		ev.align.Indexes = old.Indexes
 		ev.align.UniqueAfterLoad = old.UniqueAfterLoad
+		ev.align.UniqueAfter = old.UniqueAfter
 	}
 	if newKey := d.table.KeyNames(); !slices.Equal(oldKey, newKey) {
 		return nil, d.incompatible("business key changed from (%s) to (%s)", strings.Join(oldKey, ", "), strings.Join(newKey, ", "))

@@ -65,7 +65,11 @@ import (
 // passes through states the source never had: a row given a unique value
 // that a stale row, rewritten by a later chunk, still holds. Readers see
 // the table without those constraints until the load ends. The primary key
-// (the business key, the upserts' arbiter) always stays.
+// (the business key, the upserts' arbiter) always stays. A daemon's load
+// then holds them further (MirrorIndexesAfter, heldunique.go): a chunked
+// read leaves a target mixed from several read times, consistent only
+// once the stream has applied past a position captured after the load's
+// last read; the first batch at or past it builds them.
 //
 // A constraint the target's rows cannot satisfy — SET NOT NULL over a
 // NULL, a unique index over duplicates, at DDL time or when a batch
@@ -397,6 +401,7 @@ func (s *Sink) mirrorTx(ctx context.Context, tx pgx.Tx, id tidemark.TableID, qna
 		delete(managed, name)
 	}
 	var creates []indexSpec
+	held := map[string]string{} // unique constraints waiting (a.UniqueAfter)
 	for _, sp := range specs {
 		if _, ok := managed[sp.name]; ok {
 			continue
@@ -406,10 +411,22 @@ func (s *Sink) mirrorTx(ctx context.Context, tx pgx.Tx, id tidemark.TableID, qna
 			continue
 		}
 		if a.UniqueAfterLoad && strings.HasPrefix(sp.create, "ALTER TABLE") {
-			continue // a load dropped it: MirrorIndexes builds it after the load
+			// A load dropped it: built after the load (MirrorIndexes),
+			// or once the stream has passed the load's high watermark
+			// (a.UniqueAfter, buildHeldUnique).
+			held[sp.name] = sp.create
+			continue
 		}
 		stmts = append(stmts, sp.create)
 		creates = append(creates, sp)
+	}
+	if a.UniqueAfter != nil && !dry {
+		if len(held) == 0 {
+			held = nil
+		}
+		u := *a.UniqueAfter
+		u.Create = held
+		a.UniqueAfter = &u
 	}
 	if dry || len(stmts) == 0 {
 		return stmts, nil
@@ -513,7 +530,10 @@ func (s *Sink) logSkipOnce(id tidemark.TableID, sk skippedIndex) {
 	}
 }
 
-var _ tidemark.IndexMirror = (*Sink)(nil)
+var (
+	_ tidemark.IndexMirror      = (*Sink)(nil)
+	_ tidemark.IndexMirrorAfter = (*Sink)(nil)
+)
 
 // MirrorIndexes implements tidemark.IndexMirror, in one transaction under
 // the DDL lock. It first sets the NOT NULL a load deferred
@@ -523,11 +543,27 @@ var _ tidemark.IndexMirror = (*Sink)(nil)
 // violate one quarantine the table the same way. With Config.SkipIndexes
 // it mirrors no index.
 func (s *Sink) MirrorIndexes(ctx context.Context, id tidemark.TableID, idx []tidemark.Index) error {
+	return s.mirrorIndexes(ctx, "", id, idx, tidemark.Position{})
+}
+
+// MirrorIndexesAfter implements tidemark.IndexMirrorAfter: MirrorIndexes,
+// except that the unique constraints not built yet (those a load dropped,
+// those of a table the load created) wait until the stream of source has
+// applied past after (alignment.UniqueAfter): the target a load leaves is
+// mixed from several read times until then (heldunique.go). A zero after
+// builds them now.
+func (s *Sink) MirrorIndexesAfter(ctx context.Context, source string, id tidemark.TableID, idx []tidemark.Index, after tidemark.Position) error {
+	return s.mirrorIndexes(ctx, source, id, idx, after)
+}
+
+func (s *Sink) mirrorIndexes(ctx context.Context, source string, id tidemark.TableID, idx []tidemark.Index, after tidemark.Position) error {
 	_, _, qname, err := s.targetOf(id)
 	if err != nil {
 		return err
 	}
+	var held *uniqueAfter
 	err = tidemark.Retry(ctx, "mirror the indexes of "+qname, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
+		held = nil
 		return s.ddlTx(ctx, func(tx pgx.Tx) error {
 			t, err := readTarget(ctx, tx, qname)
 			if err != nil {
@@ -540,13 +576,36 @@ func (s *Sink) MirrorIndexes(ctx context.Context, id tidemark.TableID, idx []tid
 			if err := s.setPendingNotNull(ctx, tx, id, qname, t); err != nil {
 				return err
 			}
-			// The unique constraints a load dropped are built now.
-			t.align.UniqueAfterLoad = false
+			if !after.IsZero() && !s.cfg.SkipIndexes {
+				// Every unique constraint not built yet — the ones a load
+				// dropped, those of a table the load created — is held
+				// until the stream has passed the high watermark
+				// (mirrorTx fills Create).
+				t.align.UniqueAfterLoad = true
+				t.align.UniqueAfter = &uniqueAfter{Source: source, Table: id.String(), After: after.String()}
+				held = t.align.UniqueAfter
+			} else {
+				// The unique constraints a load dropped are built now.
+				t.align.UniqueAfterLoad = false
+				t.align.UniqueAfter = nil
+			}
 			before := maps.Clone(t.align.Indexes)
 			if !s.cfg.SkipIndexes {
 				if _, err := s.mirrorTx(ctx, tx, id, qname, t, t.align, idx, false); err != nil {
 					return err
 				}
+			}
+			if held != nil && len(t.align.UniqueAfter.Create) == 0 {
+				// Nothing to wait for.
+				t.align.UniqueAfterLoad = false
+				t.align.UniqueAfter = nil
+				held = nil
+			}
+			if held != nil {
+				pending = true
+				held = t.align.UniqueAfter
+				s.log.Info("the mirrored unique constraints a load dropped wait until the stream has applied past the load's high watermark (the target is mixed from several read times until then)",
+					"table", qname, "source_table", id.String(), "after", after.String(), "constraints", len(held.Create))
 			}
 			if !pending && maps.Equal(before, t.align.Indexes) {
 				return nil
@@ -558,6 +617,7 @@ func (s *Sink) MirrorIndexes(ctx context.Context, id tidemark.TableID, idx []tid
 		})
 	})
 	if err == nil {
+		s.holdUnique(id, held, after)
 		// The next load into the table ensures again (and drops the
 		// unique constraints built now: dropUniqueForLoad).
 		s.forgetTable(id)

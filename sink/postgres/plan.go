@@ -21,6 +21,12 @@ type batchPlan struct {
 	// tombNext is the tombstone pruning state after the last attempt's
 	// transaction (tombstones.go), remembered once it commits.
 	tombNext *tombSource
+	// heldBuilt are the tables whose held unique constraints the last
+	// attempt's transaction built (heldunique.go).
+	heldBuilt []tidemark.TableID
+	// heldDue are the tables whose held unique constraints the batch's
+	// checkpoint is past: its transaction builds them.
+	heldDue []tidemark.TableID
 }
 
 type groupPlan struct {

@@ -69,6 +69,12 @@ type Sink struct {
 	tombs      map[string]*tombSource      // per source: tombstone pruning state
 	tombTop    map[string]tidemark.Version // per target table: newest tombstone (a bound)
 
+	// held: the tables whose unique constraints wait for the stream
+	// (heldunique.go), last read from the target at heldRead.
+	heldMu   sync.Mutex
+	held     map[tidemark.TableID]heldUnique
+	heldRead time.Time
+
 	lockMu sync.Mutex
 	locks  map[string]*sourceLock // per source: the session holding its lock
 
@@ -135,6 +141,7 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		skipLogged:  map[string]bool{},
 		tombs:       map[string]*tombSource{},
 		tombTop:     map[string]tidemark.Version{},
+		held:        map[tidemark.TableID]heldUnique{},
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
