@@ -180,7 +180,16 @@ func (s *Sink) ensureIndexes(ctx context.Context, tx pgx.Tx, d *tableDef) error 
 // the table. The primary key (the upserts' ON CONFLICT arbiter, the
 // business key) stays; so do the non-unique indexes.
 func (s *Sink) dropUniqueForLoad(ctx context.Context, tx pgx.Tx, d *tableDef, a *alignment) (int, error) {
-	if a == nil || s.cfg.SkipIndexes {
+	if a == nil {
+		return 0, nil
+	}
+	if s.cfg.SkipIndexes {
+		if a.UniqueAfter != nil {
+			// A load again while the NOT NULL an earlier load deferred
+			// waits for the stream: it waits for this load's end now.
+			a.UniqueAfter = nil
+			a.UniqueAfterLoad = true
+		}
 		return 0, nil
 	}
 	n := 0

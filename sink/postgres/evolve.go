@@ -122,8 +122,11 @@ type alignment struct {
 	Seq uint64 `json:"seq,omitempty"`
 	Idx uint32 `json:"idx,omitempty"`
 	// PendingNotNull lists the columns whose source NOT NULL a load
-	// deferred (ensureTx): MirrorIndexes sets it after the load, an
-	// evolution outside a load sets it at once.
+	// deferred (ensureTx): MirrorIndexes sets it after the load, or,
+	// after a chunked load (MirrorIndexesAfter), the first batch past the
+	// load's high watermark does, with the held unique constraints
+	// (UniqueAfter, heldunique.go); an evolution outside a load and
+	// outside that wait sets it at once.
 	PendingNotNull []string `json:"pending_not_null,omitempty"`
 	// UniqueAfterLoad is set while a load (ensureTx) has dropped the
 	// table's mirrored unique constraints: only MirrorIndexes, after the
@@ -426,7 +429,15 @@ func (d *tableDef) evolve(t *targetTable, policy SchemaPolicy, at tidemark.Versi
 		ev.align.Indexes = old.Indexes
 		ev.align.UniqueAfterLoad = old.UniqueAfterLoad
 		ev.align.UniqueAfter = old.UniqueAfter
+		if old.UniqueAfter != nil {
+			// The NOT NULL a load deferred waits with its held unique
+			// constraints for the stream (heldunique.go).
+			ev.align.PendingNotNull = slices.Clone(old.PendingNotNull)
+		}
 	}
+	// held: the table's constraints wait for the stream to pass a load's
+	// high watermark; a NOT NULL the source gains meanwhile waits too.
+	held := old != nil && old.UniqueAfter != nil
 	if newKey := d.table.KeyNames(); !slices.Equal(oldKey, newKey) {
 		return nil, d.incompatible("business key changed from (%s) to (%s)", strings.Join(oldKey, ", "), strings.Join(newKey, ", "))
 	}
@@ -524,8 +535,10 @@ func (d *tableDef) evolve(t *targetTable, policy SchemaPolicy, at tidemark.Versi
 				if policy.KeepNullable {
 					continue
 				}
-				if policy.deferNotNull {
-					ev.align.PendingNotNull = append(ev.align.PendingNotNull, c.Name)
+				if policy.deferNotNull || held {
+					if !slices.Contains(ev.align.PendingNotNull, c.Name) {
+						ev.align.PendingNotNull = append(ev.align.PendingNotNull, c.Name)
+					}
 					continue
 				}
 				alter("ALTER COLUMN %s SET NOT NULL", q(c.Name))

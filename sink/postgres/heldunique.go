@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -79,7 +80,7 @@ func (s *Sink) readHeld(ctx context.Context) error {
 	s.heldMu.Lock()
 	done := !s.heldRead.IsZero() && time.Since(s.heldRead) < heldRescan
 	s.heldMu.Unlock()
-	if done || s.cfg.SkipIndexes {
+	if done {
 		return nil
 	}
 	found := map[tidemark.TableID]heldUnique{}
@@ -199,6 +200,14 @@ func (s *Sink) buildHeld(ctx context.Context, tx pgx.Tx, id tidemark.TableID, so
 	}
 	if after, err := tidemark.ParsePosition(u.After); err == nil && !passed(cp, after) {
 		return false, nil // a newer load's high watermark
+	}
+	if err := s.setPendingNotNull(ctx, tx, id, qname, t); err != nil {
+		var te *tidemark.TableError
+		if errors.As(err, &te) {
+			return false, &tidemark.TableError{Table: id, Err: fmt.Errorf("%w (%w: set at checkpoint %s, the load's high watermark %s)",
+				te.Err, tidemark.ErrHeldConstraint, cp, u.After)}
+		}
+		return false, err
 	}
 	for _, name := range slices.Sorted(maps.Keys(u.Create)) {
 		stmt := u.Create[name]

@@ -573,14 +573,22 @@ func (s *Sink) mirrorIndexes(ctx context.Context, source string, id tidemark.Tab
 				return nil // nothing loaded yet, or not a table tidemark aligns
 			}
 			pending := len(t.align.PendingNotNull) > 0 || t.align.UniqueAfterLoad
-			if err := s.setPendingNotNull(ctx, tx, id, qname, t); err != nil {
-				return err
+			// A NOT NULL the load deferred waits for the stream like the
+			// unique constraints: a row the load copied early whose
+			// source row was deleted since, or the load read in an
+			// older layout, holds NULL until the stream's delete or
+			// backfill reaches it (nemesis seed 16).
+			holdNotNull := !after.IsZero() && len(t.align.PendingNotNull) > 0
+			if !holdNotNull {
+				if err := s.setPendingNotNull(ctx, tx, id, qname, t); err != nil {
+					return err
+				}
 			}
-			if !after.IsZero() && !s.cfg.SkipIndexes {
+			if !after.IsZero() && (!s.cfg.SkipIndexes || holdNotNull) {
 				// Every unique constraint not built yet — the ones a load
-				// dropped, those of a table the load created — is held
-				// until the stream has passed the high watermark
-				// (mirrorTx fills Create).
+				// dropped, those of a table the load created — and every
+				// NOT NULL the load deferred is held until the stream has
+				// passed the high watermark (mirrorTx fills Create).
 				t.align.UniqueAfterLoad = true
 				t.align.UniqueAfter = &uniqueAfter{Source: source, Table: id.String(), After: after.String()}
 				held = t.align.UniqueAfter
@@ -595,7 +603,7 @@ func (s *Sink) mirrorIndexes(ctx context.Context, source string, id tidemark.Tab
 					return err
 				}
 			}
-			if held != nil && len(t.align.UniqueAfter.Create) == 0 {
+			if held != nil && len(t.align.UniqueAfter.Create) == 0 && len(t.align.PendingNotNull) == 0 {
 				// Nothing to wait for.
 				t.align.UniqueAfterLoad = false
 				t.align.UniqueAfter = nil
@@ -604,8 +612,8 @@ func (s *Sink) mirrorIndexes(ctx context.Context, source string, id tidemark.Tab
 			if held != nil {
 				pending = true
 				held = t.align.UniqueAfter
-				s.log.Info("the mirrored unique constraints a load dropped wait until the stream has applied past the load's high watermark (the target is mixed from several read times until then)",
-					"table", qname, "source_table", id.String(), "after", after.String(), "constraints", len(held.Create))
+				s.log.Info("the mirrored unique constraints a load dropped and the NOT NULL it deferred wait until the stream has applied past the load's high watermark (the target is mixed from several read times until then)",
+					"table", qname, "source_table", id.String(), "after", after.String(), "constraints", len(held.Create), "not_null", len(t.align.PendingNotNull))
 			}
 			if !pending && maps.Equal(before, t.align.Indexes) {
 				return nil
