@@ -1,6 +1,7 @@
 package nemesis
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tidemark/integration/harness"
 )
@@ -217,8 +220,12 @@ const (
 )
 
 // applied is where the target stands: the appliers' stored offsets (their
-// sum) and the source's stored checkpoint in PostgreSQL. It changes while
-// anything still applies.
+// sum), the source's stored checkpoint in PostgreSQL and, where the
+// campaign publishes to Kafka, the end offsets of its topics (the tailer's
+// progress: in the apply topology the checkpoint is a Kafka record, and a
+// tailer still publishing a snapshot or a backlog moves neither of the
+// others until an applier reaches its records). It changes while anything
+// still applies.
 func (c *campaign) applied() string {
 	var offsets int64
 	var ckpt string
@@ -226,7 +233,47 @@ func (c *campaign) applied() string {
 		c.group, c.db).Scan(&offsets, &ckpt); err != nil {
 		return "unknown: " + err.Error()
 	}
-	return fmt.Sprint(offsets, " ", ckpt)
+	if c.s.topology == "pg" {
+		return fmt.Sprint(offsets, " ", ckpt)
+	}
+	return fmt.Sprint(offsets, " ", ckpt, " ", c.published())
+}
+
+// published is the sum of the end offsets of the campaign's Kafka topics
+// (every topic under its prefix), or why it could not be read.
+func (c *campaign) published() string {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.env.KafkaBrokers...))
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+	defer cancel()
+	topics, err := adm.ListTopics(ctx)
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	var mine []string
+	for _, name := range topics.Names() {
+		if strings.HasPrefix(name, c.prefix+".") {
+			mine = append(mine, name)
+		}
+	}
+	if len(mine) == 0 {
+		return "0"
+	}
+	ends, err := adm.ListEndOffsets(ctx, mine...)
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	var sum int64
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil {
+			sum += o.Offset
+		}
+	})
+	return fmt.Sprint(sum)
 }
 
 // readI5 returns what the I5 trigger recorded, but for the brief
