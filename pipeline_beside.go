@@ -444,6 +444,15 @@ func (a *applier) chunkLanded(r besideRound) error {
 		if writerGone(r.err) {
 			return fmt.Errorf("snapshot %s: %w", j.id, r.err)
 		}
+		if errors.Is(r.err, ErrLayoutChanged) {
+			// A chunk found the table in another layout than the one
+			// read before it (an ALTER the stream has not brought yet):
+			// its rows are not landed, and the snapshot restarts from
+			// its first chunk after a new capture, which reads the
+			// layout again (its DDL, when the stream brings it,
+			// restarts it once more).
+			return p.queueBeside(a.ctx, j.id, "schema change during its snapshot (found by its read)", nil, Version{})
+		}
 		p.removeBeside(j.id)
 		if errors.Is(r.err, ErrTableGone) {
 			return a.besideGone(j)

@@ -50,6 +50,11 @@ var (
 	// past the load's high watermark builds it: the table is quarantined
 	// even when the batch holds none of its changes.
 	ErrHeldConstraint = errors.New("a unique constraint held since a load fails once the stream passed the load's high watermark")
+	// ErrLayoutChanged means a snapshot read found the table's columns
+	// of another type than the layout it read before (an ALTER between
+	// the two): the rows are not decoded with the older layout, and the
+	// read restarts with the layout read again.
+	ErrLayoutChanged = errors.New("the table's layout changed since it was read")
 )
 
 // TableError is an error confined to one table that retrying cannot fix.

@@ -497,6 +497,44 @@ func (r *Reader) table(ctx context.Context, id tidemark.TableID) (*readTable, er
 	return rt, nil
 }
 
+// intFields are the result-set types of the integer widths.
+var intFields = map[int]uint8{8: mysql.MYSQL_TYPE_TINY, 16: mysql.MYSQL_TYPE_SHORT, 24: mysql.MYSQL_TYPE_INT24, 32: mysql.MYSQL_TYPE_LONG, 64: mysql.MYSQL_TYPE_LONGLONG}
+
+// sameTypes checks a chunk's result-set columns against the layout read
+// before the chunk: an ALTER between the two (the layout read, then the
+// SELECT waiting on the table's metadata lock while MODIFY COLUMN v
+// BIGINT ran) returns the new layout's values, which the older layout's
+// converters would pass on as its own (a 64-bit value in a 32-bit column:
+// the scale-out appliers quarantined the table, "32-bit integer out of
+// integer range"). Integers (width, sign) and decimals (scale) are
+// checked: the types whose values the older layout cannot hold, and whose
+// result-set type says so exactly. A mismatch is ErrLayoutChanged.
+func (rt *readTable) sameTypes(fields []*mysql.Field) error {
+	if len(fields) != len(rt.table.Columns) {
+		return fmt.Errorf("%d columns in the result for a layout of %d: %w", len(fields), len(rt.table.Columns), tidemark.ErrLayoutChanged)
+	}
+	for j, col := range rt.table.Columns {
+		f := fields[j]
+		switch col.Kind {
+		case tidemark.KindInt, tidemark.KindUint:
+			want, ok := intFields[col.Bits]
+			unsigned := f.Flag&mysql.UNSIGNED_FLAG != 0
+			if !ok || f.Type == want && unsigned == (col.Kind == tidemark.KindUint) {
+				continue
+			}
+		case tidemark.KindDecimal:
+			if f.Type == mysql.MYSQL_TYPE_NEWDECIMAL && int(f.Decimal) == col.Scale {
+				continue
+			}
+		default:
+			continue
+		}
+		return fmt.Errorf("column %q comes back as MySQL type %d (flags %#x, %d decimals), not the %s (%d bits, scale %d) of the layout read before: %w",
+			col.Name, f.Type, f.Flag, f.Decimal, col.Kind, col.Bits, col.Scale, tidemark.ErrLayoutChanged)
+	}
+	return nil
+}
+
 // undecodable marks a schema problem of one table (no key, an unsupported
 // type, an invalid column name): a *tidemark.TableError, so that a catch-up
 // quarantines the table instead of failing as a whole, as the Tailer does.
@@ -698,6 +736,11 @@ func (r *Reader) Read(ctx context.Context, req tidemark.ReadRequest) (tidemark.R
 	res, err := r.exec(ctx, q, args...)
 	if err != nil {
 		return out, fmt.Errorf("read %s: %w", req.Table, err)
+	}
+	if res.Resultset != nil {
+		if err := rt.sameTypes(res.Fields); err != nil {
+			return out, fmt.Errorf("read %s: %w", req.Table, err)
+		}
 	}
 	n := res.RowNumber()
 	out.Changes = make([]tidemark.Change, 0, n)

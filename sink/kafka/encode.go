@@ -148,7 +148,17 @@ func (s *Sink) encode(ctx context.Context, b *tidemark.Batch) (*encodedBatch, ti
 					return nil, stats, fmt.Errorf("announce schema of %s: topic %s has no known partitions", ch.Table.ID, c.topic)
 				}
 				if c.since == (tidemark.Version{}) {
+					// The first change's version, or the layout's own
+					// (tidemark.Table.Since) where it is above it: a
+					// snapshot's rows carry the capture's version, and
+					// a layout read again after a schema change during
+					// the snapshot has rows at that same version; its
+					// Since, above the binlog's end when it was read,
+					// tells the appliers it is the newer layout.
 					c.since = ch.Version
+					if ch.Table.Since.Compare(c.since) > 0 {
+						c.since = ch.Table.Since
+					}
 				}
 				// Announced again, a layout keeps the version it was
 				// first announced with: appliers never evolve a
