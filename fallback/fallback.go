@@ -620,6 +620,19 @@ func (c *CatchUp) tableRead(ctx context.Context, snap tidemark.Snapshot, id tide
 		if rec := fr.resumable(tbl); rec != nil {
 			return tr, c.resumeTable(ctx, snap, tbl, tc, rec, fr, &tr)
 		}
+		if rec := fr.keyChanged(tbl); rec != nil && rec.Fresh && *heldBefore == nil {
+			// The interrupted run created the target table with the
+			// old key, and every row in it is that run's: drop it, so
+			// the new key's target is made from empty, as a resync
+			// would (its business key cannot change in place: the
+			// table was quarantined, "business key changed"; nemesis
+			// soak seed 343743032218, a DROP + CREATE with another key
+			// after the capture).
+			c.cfg.Logger.Warn("dropping the target table an interrupted first run made with the table's old key, before reading it again", "table", id.String(), "recorded_key", rec.Key, "key", keyNames(tbl))
+			if err := fr.reg.ResetTable(ctx, c.cfg.Source, id); err != nil {
+				return tr, fmt.Errorf("reset %s before its snapshot reads it again: %w", id, err)
+			}
+		}
 	}
 	if *heldBefore == nil {
 		h, err := c.targetHeldRows(ctx, id, tc)
@@ -629,6 +642,10 @@ func (c *CatchUp) tableRead(ctx context.Context, snap tidemark.Snapshot, id tide
 		*heldBefore = &h
 	}
 	held := **heldBefore
+	fresh, err := c.targetFresh(ctx, fr, tbl)
+	if err != nil {
+		return tr, err
+	}
 	// fullDiff is the delete detection of a full read.
 	fullDiff, err := c.fullReadDiff(ctx, id, tc, held, initial)
 	if err != nil {
@@ -642,7 +659,7 @@ func (c *CatchUp) tableRead(ctx context.Context, snap tidemark.Snapshot, id tide
 		if err := c.deletesFindable(id, held, fullDiff, bound != nil || enclosed); err != nil {
 			return tr, err
 		}
-		prog := fr.track(tbl, fullDiff.DeleteDetection == DeletesKeyDiff, nil, nil)
+		prog := fr.track(tbl, fullDiff.DeleteDetection == DeletesKeyDiff, fresh, nil, nil)
 		if err := c.fullRead(ctx, snap, req, nil, &tr, initial, bound, prog); err != nil {
 			return tr, err
 		}
@@ -702,7 +719,7 @@ func (c *CatchUp) tableRead(ctx context.Context, snap tidemark.Snapshot, id tide
 		if err := c.deletesFindable(id, held, fullDiff, bound != nil || enclosed); err != nil {
 			return tr, err
 		}
-		prog := fr.track(tbl, fullDiff.DeleteDetection == DeletesKeyDiff, wm, nil)
+		prog := fr.track(tbl, fullDiff.DeleteDetection == DeletesKeyDiff, fresh, wm, nil)
 		if err := c.fullRead(ctx, snap, req, wm, &tr, initial, bound, prog); err != nil {
 			return tr, err
 		}
@@ -780,6 +797,41 @@ func (c *CatchUp) fullReadDiff(ctx context.Context, id tidemark.TableID, tc Tabl
 	}
 	tc.DeleteDetection = DeletesKeyDiff
 	return tc, nil
+}
+
+// targetFresh reports, for a first run's read of tbl (fr), whether the
+// target held no rows of it when the run first read it (asked once per
+// run: a read restarted after a schema change finds the first read's
+// rows, which are the run's). The run's record keeps the answer
+// (firstRunJSON.Fresh). False when the target cannot tell.
+func (c *CatchUp) targetFresh(ctx context.Context, fr *firstRun, tbl *tidemark.Table) (bool, error) {
+	if fr == nil || tbl == nil {
+		return false, nil
+	}
+	fr.mu.Lock()
+	f, ok := fr.fresh[tbl.ID]
+	fr.mu.Unlock()
+	if ok {
+		return f, nil
+	}
+	tgt, ok := c.keys.(tidemark.TargetRows)
+	if !ok && c.cfg.HeldRows != nil {
+		tgt, ok = c.cfg.HeldRows, true
+	}
+	if !ok {
+		return false, nil
+	}
+	has, err := tgt.HasRows(ctx, tbl)
+	if err != nil {
+		return false, err
+	}
+	fr.mu.Lock()
+	if fr.fresh == nil {
+		fr.fresh = map[tidemark.TableID]bool{}
+	}
+	fr.fresh[tbl.ID] = !has
+	fr.mu.Unlock()
+	return !has, nil
 }
 
 // targetHeldRows reports, before a table is read, whether the target holds
@@ -1086,7 +1138,7 @@ func (c *CatchUp) resumeTable(ctx context.Context, snap tidemark.Snapshot, tbl *
 	if rec.KeyDiff {
 		diff.DeleteDetection = DeletesKeyDiff
 	}
-	prog := fr.track(tbl, rec.KeyDiff, wm, rec)
+	prog := fr.track(tbl, rec.KeyDiff, rec.Fresh, wm, rec)
 	req := tidemark.ReadRequest{Table: tbl.ID, Limit: c.cfg.ChunkRows, Snapshot: snap}
 	if err := c.read(ctx, req, wm, tr, prog); err != nil {
 		return err

@@ -59,6 +59,9 @@ type firstRunJSON struct {
 	// KeyDiff: the table's read is followed by a key diff (its target
 	// held rows when the read began).
 	KeyDiff bool `json:"keydiff,omitempty"`
+	// Fresh: the target held no rows of the table when the read began,
+	// so every target row is this run's (a record without it: unknown).
+	Fresh bool `json:"fresh,omitempty"`
 	// Upper is the watermark the table's read commits (RFC 3339), empty
 	// without one.
 	Upper string `json:"upper,omitempty"`
@@ -139,6 +142,9 @@ type firstRun struct {
 
 	mu      sync.Mutex
 	written []tidemark.TableID // tables recorded snapshotting by a run
+	// fresh: whether the target held no rows of a table when the run
+	// first read it (targetFresh).
+	fresh map[tidemark.TableID]bool
 }
 
 // openFirstRun reads the records an interrupted first run left in states
@@ -212,6 +218,22 @@ func (fr *firstRun) resumable(tbl *tidemark.Table) *firstRunRecord {
 	return rec
 }
 
+// keyChanged returns the interrupted run's record of a table whose key
+// columns are no longer the table's (a DROP + CREATE or a primary key
+// changed after the run's capture), nil otherwise.
+func (fr *firstRun) keyChanged(tbl *tidemark.Table) *firstRunRecord {
+	if fr == nil {
+		return nil
+	}
+	fr.mu.Lock()
+	rec := fr.records[tbl.ID]
+	fr.mu.Unlock()
+	if rec == nil || slices.Equal(rec.Key, keyNames(tbl)) {
+		return nil
+	}
+	return rec
+}
+
 // restart prepares a table's read to start again from its first chunk
 // (a schema change during it): the interrupted run's record, if any, is
 // not resumed, and the next write expects the state the read before wrote.
@@ -237,7 +259,7 @@ func keyNames(tbl *tidemark.Table) []string {
 
 // track returns the progress of a table's first-run read (nil without a
 // recorder): rec, when set, is the interrupted run's record it resumes.
-func (fr *firstRun) track(tbl *tidemark.Table, keyDiff bool, wm *tidemark.Watermark, rec *firstRunRecord) *tableProgress {
+func (fr *firstRun) track(tbl *tidemark.Table, keyDiff, fresh bool, wm *tidemark.Watermark, rec *firstRunRecord) *tableProgress {
 	if fr == nil {
 		return nil
 	}
@@ -248,6 +270,7 @@ func (fr *firstRun) track(tbl *tidemark.Table, keyDiff bool, wm *tidemark.Waterm
 	p.rec.FirstRun = &capture
 	p.rec.Key = keyNames(tbl)
 	p.rec.KeyDiff = keyDiff
+	p.rec.Fresh = fresh
 	if wm != nil {
 		p.rec.Upper = wm.Value.UTC().Format(time.RFC3339Nano)
 	}
