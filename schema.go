@@ -140,6 +140,16 @@ type Table struct {
 	// snapshot's capture up to there are of that layout or older ones.
 	// Not part of the Fingerprint.
 	Since Version
+	// AfterDrop, when not zero, is the version of a DROP TABLE of the
+	// table that the table of this layout was created after (the
+	// scale-out tailer's schema records carry it). A partition that lags
+	// behind another's drop record still writes rows of the dropped
+	// table, and may create its target again; a target aligned to a
+	// layout older than AfterDrop is that one, every row of it older than
+	// the drop, which its partitions' drop records remove: a sink
+	// replaces it rather than refusing the new table's other business
+	// key. Not part of the Fingerprint.
+	AfterDrop Version
 }
 
 // HasJSONUnknown reports whether a column of t is JSONUnknown.

@@ -127,7 +127,11 @@ func (f *fakeTarget) EnsureTable(_ context.Context, t *tidemark.Table) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.table(t.ID).exists = true
-	f.calls = append(f.calls, "ensure "+t.ID.String())
+	call := "ensure " + t.ID.String()
+	if t.AfterDrop != (tidemark.Version{}) {
+		call += " after drop " + t.AfterDrop.String()
+	}
+	f.calls = append(f.calls, call)
 	return nil
 }
 
@@ -282,6 +286,12 @@ func TestApplierFollowsDropTable(t *testing.T) {
 	}
 	if n := target.count("ensure "); n != 8 {
 		t.Errorf("EnsureTable ran %d times, want 8 (each of 4 partitions before and after the DROP)", n)
+	}
+	// The schema announced after the drop says it follows the drop
+	// (tidemark.Table.AfterDrop): an applier replaces a target of the
+	// older layout that a lagging partition made again.
+	if n := target.count("ensure " + orders.ID.String() + " after drop 20.0"); n != 4 {
+		t.Errorf("EnsureTable ran %d times with the layout after the drop at 20.0, want 4 (each partition after the DROP)", n)
 	}
 }
 

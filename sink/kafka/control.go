@@ -123,13 +123,20 @@ type schemaRecord struct {
 	// evolve a target table to an older layout than it has.
 	Seq   uint64 `json:"seq,omitempty"`
 	Index uint32 `json:"index,omitempty"`
+	// DropSeq and DropIndex are the version of the last DROP TABLE of
+	// the table the tailer published before it (tidemark.Table.AfterDrop),
+	// absent when it published none.
+	DropSeq   uint64 `json:"drop_seq,omitempty"`
+	DropIndex uint32 `json:"drop_index,omitempty"`
 }
 
 // appendSchema appends the schema control record's value for t, announced
-// before a change at version since.
-func appendSchema(dst []byte, source string, t *tidemark.Table, fingerprint []byte, since tidemark.Version) []byte {
+// before a change at version since, after a DROP TABLE of the table at
+// version dropped (zero: none).
+func appendSchema(dst []byte, source string, t *tidemark.Table, fingerprint []byte, since, dropped tidemark.Version) []byte {
 	rec := schemaRecord{Control: "schema", Source: source, Database: t.ID.Database, Table: t.ID.Name,
-		Fingerprint: string(fingerprint), Key: t.Key, Columns: make([]schemaColumn, len(t.Columns)), Seq: since.Seq, Index: since.Index}
+		Fingerprint: string(fingerprint), Key: t.Key, Columns: make([]schemaColumn, len(t.Columns)), Seq: since.Seq, Index: since.Index,
+		DropSeq: dropped.Seq, DropIndex: dropped.Index}
 	for i, c := range t.Columns {
 		rec.Columns[i] = schemaColumn{Name: c.Name, Kind: c.Kind.String(), Bits: c.Bits, Precision: c.Precision, Scale: c.Scale, Nullable: c.Nullable, JSONUnknown: c.JSONUnknown}
 	}
@@ -163,7 +170,8 @@ func parseSchema(value []byte) (*announcedSchema, error) {
 	if err := tidemark.CheckIdentifier("table", rec.Table); err != nil {
 		return nil, fmt.Errorf("decode schema record: %w", err)
 	}
-	t := &tidemark.Table{ID: id, Key: rec.Key, Columns: make([]tidemark.Column, len(rec.Columns)), Since: tidemark.Version{Seq: rec.Seq, Index: rec.Index}}
+	t := &tidemark.Table{ID: id, Key: rec.Key, Columns: make([]tidemark.Column, len(rec.Columns)), Since: tidemark.Version{Seq: rec.Seq, Index: rec.Index},
+		AfterDrop: tidemark.Version{Seq: rec.DropSeq, Index: rec.DropIndex}}
 	for i, c := range rec.Columns {
 		if err := tidemark.CheckIdentifier("column of "+id.String(), c.Name); err != nil {
 			return nil, fmt.Errorf("decode schema record: %w", err)
@@ -410,12 +418,15 @@ func (s *Sink) PublishDDL(ctx context.Context, source string, events []tidemark.
 	if err := s.publishControl(ctx, source, recs, checkpoint); err != nil {
 		return err
 	}
-	// Appliers forget a dropped table's schema: announce it again.
+	// Appliers forget a dropped table's schema: announce it again, with
+	// the drop's version (tidemark.Table.AfterDrop).
 	for _, rec := range recs {
 		if rec.Control != string(controlDrop) {
 			continue
 		}
-		delete(s.shown, tableKey{source, tidemark.TableID{Database: rec.Database, Name: rec.Table}})
+		k := tableKey{source, tidemark.TableID{Database: rec.Database, Name: rec.Table}}
+		delete(s.shown, k)
+		s.dropped[k] = tidemark.Version{Seq: rec.Seq, Index: rec.Index}
 	}
 	return nil
 }

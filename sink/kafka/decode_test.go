@@ -101,7 +101,7 @@ func allKindsCodec(t *testing.T) (*tidemark.Table, []any, *codec, *announcedSche
 	if err != nil {
 		t.Fatal(err)
 	}
-	as, err := parseSchema(appendSchema(nil, c.sourceName, c.table, c.fingerprint, tidemark.Version{Seq: 7, Index: 1}))
+	as, err := parseSchema(appendSchema(nil, c.sourceName, c.table, c.fingerprint, tidemark.Version{Seq: 7, Index: 1}, tidemark.Version{Seq: 5, Index: 2}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestSchemaRecordJSONUnknown(t *testing.T) {
 		{Name: "j", Kind: tidemark.KindText, Nullable: true, JSONUnknown: true},
 		{Name: "s", Kind: tidemark.KindText, Nullable: true},
 	}}
-	rec := appendSchema(nil, "src", tbl, []byte("0123456789abcdef"), tidemark.Version{Seq: 1})
+	rec := appendSchema(nil, "src", tbl, []byte("0123456789abcdef"), tidemark.Version{Seq: 1}, tidemark.Version{})
 	if n := strings.Count(string(rec), `"json_unknown"`); n != 1 || !strings.Contains(string(rec), `"name":"j","kind":"text","bits":0,"precision":0,"scale":0,"nullable":true,"json_unknown":true`) {
 		t.Fatalf("schema record %s: want json_unknown on j only", rec)
 	}
@@ -136,7 +136,7 @@ func TestSchemaRecordJSONUnknown(t *testing.T) {
 	if plain.Fingerprint() != tbl.Fingerprint() || jsonUnknownOf(&plain) == jsonUnknownOf(tbl) {
 		t.Errorf("fingerprint or codec key: the flag must change the codec, not the fingerprint")
 	}
-	bad := strings.Replace(string(appendSchema(nil, "src", tbl, []byte("0123456789abcdef"), tidemark.Version{Seq: 1})), `"kind":"text","bits":0,"precision":0,"scale":0,"nullable":true,"json_unknown"`, `"kind":"json","bits":0,"precision":0,"scale":0,"nullable":true,"json_unknown"`, 1)
+	bad := strings.Replace(string(appendSchema(nil, "src", tbl, []byte("0123456789abcdef"), tidemark.Version{Seq: 1}, tidemark.Version{})), `"kind":"text","bits":0,"precision":0,"scale":0,"nullable":true,"json_unknown"`, `"kind":"json","bits":0,"precision":0,"scale":0,"nullable":true,"json_unknown"`, 1)
 	if _, err := parseSchema([]byte(bad)); err == nil || !strings.Contains(err.Error(), "json_unknown") {
 		t.Errorf("json_unknown on a json column: %v, want refused", err)
 	}

@@ -163,7 +163,7 @@ func (s *Sink) encode(ctx context.Context, b *tidemark.Batch) (*encodedBatch, ti
 				// Announced again, a layout keeps the version it was
 				// first announced with: appliers never evolve a
 				// target table to an older layout.
-				schema := appendSchema(nil, c.sourceName, c.table, c.fingerprint, c.since)
+				schema := appendSchema(nil, c.sourceName, c.table, c.fingerprint, c.since, s.dropped[k])
 				for p := int32(0); p < n; p++ {
 					enc.recs = append(enc.recs, recSpec{topic: c.topic, control: controlSchema, partition: p, schema: schema, tableShape: c.fingerprint})
 				}

@@ -70,18 +70,21 @@ type Sink struct {
 	bytesPerChange int // of the last batch encoded: sizes the next one's buffer
 	codecs         map[codecKey]*codec
 	shown          map[tableKey]*codec // the codec whose schema was published last per table (ControlRecords)
-	topics         map[topicKey]string
-	topicOwner     map[string]topicKey
-	partitions     map[string]int32       // partition count of the change topics (ControlRecords)
-	watch          *partitionWatch        // the counts the partitioner must find (ControlRecords)
-	countsAt       time.Time              // when the live counts were last compared
-	stored         map[string]sourceState // per source: what is known to be committed
-	lastPID        int64                  // producer id of the last commit (hasLastPID): readCheckpoint waits for its marker
-	hasLastPID     bool
-	openWaitTest   time.Duration // tests: readCheckpoint's wait for an open transaction
-	txnOpen        bool          // a transaction was begun and not ended
-	active         bool          // the transactional id is initialized (Activate)
-	fenced         error         // sticky: ErrFenced
+	// dropped is the version of the last DROP TABLE published per table
+	// (PublishDDL), which the table's schema records carry after it.
+	dropped      map[tableKey]tidemark.Version
+	topics       map[topicKey]string
+	topicOwner   map[string]topicKey
+	partitions   map[string]int32       // partition count of the change topics (ControlRecords)
+	watch        *partitionWatch        // the counts the partitioner must find (ControlRecords)
+	countsAt     time.Time              // when the live counts were last compared
+	stored       map[string]sourceState // per source: what is known to be committed
+	lastPID      int64                  // producer id of the last commit (hasLastPID): readCheckpoint waits for its marker
+	hasLastPID   bool
+	openWaitTest time.Duration // tests: readCheckpoint's wait for an open transaction
+	txnOpen      bool          // a transaction was begun and not ended
+	active       bool          // the transactional id is initialized (Activate)
+	fenced       error         // sticky: ErrFenced
 
 	// Test hooks (nil in production). hookBeforeCommit runs just before
 	// the commit (EndTxn, or the checkpoint record without ExactlyOnce)
@@ -158,6 +161,7 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		instance:   hex.EncodeToString(id[:]),
 		codecs:     map[codecKey]*codec{},
 		shown:      map[tableKey]*codec{},
+		dropped:    map[tableKey]tidemark.Version{},
 		topics:     map[topicKey]string{},
 		topicOwner: map[string]topicKey{},
 		partitions: map[string]int32{},

@@ -51,6 +51,22 @@ func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, at tidemark
 	if err != nil {
 		return d.wrap("read the target schema of", err)
 	}
+	if t.exists && t.align != nil && d.table.AfterDrop != (tidemark.Version{}) && s.cfg.Schema.DropTable == ApplyDDL &&
+		t.align.since().Compare(d.table.AfterDrop) < 0 {
+		// The table of this layout was created after a DROP TABLE that
+		// the target's layout is older than: the target is the dropped
+		// table's, made again by a partition that lags behind another's
+		// drop record (every row of it older than the drop, which that
+		// partition's own drop record removes). It is replaced, rather
+		// than evolved to a table it is not (a business key changed by
+		// DROP + CREATE was refused; nemesis 577059053311).
+		s.log.Info("replacing a target table of the layout before a source DROP TABLE (its rows are older than the drop, which each partition's drop record removes)",
+			"table", d.display, "source_table", d.id.String(), "target_layout", t.align.since().String(), "drop", d.table.AfterDrop.String())
+		if _, err := tx.Exec(ctx, "DROP TABLE "+d.qname); err != nil {
+			return d.wrap("drop table", err)
+		}
+		t.exists = false
+	}
 	if !t.exists {
 		if err := d.create(ctx, tx); err != nil {
 			return err

@@ -434,3 +434,66 @@ func TestOlderLayoutOfATableCreatedAnew(t *testing.T) {
 		t.Fatalf("rows %v, want x|1|b1", got)
 	}
 }
+
+// TestNewTableOverOlderTableMadeAgain (nemesis 577059053311, the second
+// form): partition 0 reaches the DROP TABLE's record (at 20), then a
+// member of partition 1, still before it, writes a row of the old table
+// (key id) and so creates the old target table again; then partition 0
+// brings the table created anew (key (k1, k2)), whose schema record says
+// it follows the drop (tidemark.Table.AfterDrop). The target of the old
+// layout is replaced instead of refused ("business key changed from (id)
+// to (k1, k2)"); partition 1's later rows of the old table are skipped
+// and its own drop record keeps the new row. Without AfterDrop (a primary
+// key changed in place) the change is still refused.
+func TestNewTableOverOlderTableMadeAgain(t *testing.T) {
+	ctx := context.Background()
+	for _, afterDrop := range []bool{true, false} {
+		name := "after a drop"
+		if !afterDrop {
+			name = "no drop"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, func(c *Config) { c.Schema.DropTable = ApplyDDL })
+			s1 := evoTable("t", tidemark.Column{Name: "id", Kind: tidemark.KindInt, Bits: 64}, tidemark.Column{Name: "a", Kind: tidemark.KindText, Nullable: true})
+			s1.Since = v(5, 1)
+			e.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(s1, v(5, 1), int64(1), "a1")}, Refresh: true,
+				Offsets: []tidemark.StreamOffset{{Group: "g", Topic: "x", Partition: 0, Next: 1, Prev: -1}}})
+			if err := e.sink.DropBefore(ctx, s1.ID, v(20, 1)); err != nil {
+				t.Fatal(err)
+			}
+			other := *e
+			other.sink = openSinkLike(t, e.sink.cfg)
+			s1again := *s1
+			other.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(&s1again, v(8, 1), int64(3), "a3")}, Refresh: true,
+				Offsets: []tidemark.StreamOffset{{Group: "g", Topic: "x", Partition: 1, Next: 1, Prev: -1}}})
+			s2 := &tidemark.Table{ID: s1.ID, Columns: []tidemark.Column{{Name: "k1", Kind: tidemark.KindText}, {Name: "k2", Kind: tidemark.KindInt, Bits: 32}, {Name: "b", Kind: tidemark.KindText, Nullable: true}}, Key: []int{0, 1}}
+			s2.Since = v(21, 1)
+			if afterDrop {
+				s2.AfterDrop = v(20, 1)
+			}
+			_, err := e.sink.Apply(ctx, &tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(s2, v(21, 1), "x", int64(1), "b1")}, Refresh: true,
+				Offsets: []tidemark.StreamOffset{{Group: "g", Topic: "x", Partition: 0, Next: 3, Prev: 1}}})
+			if !afterDrop {
+				var te *tidemark.TableError
+				if !errors.As(err, &te) || !strings.Contains(err.Error(), "business key changed") {
+					t.Fatalf("Apply = %v, want the business key change refused", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Apply of the table created anew: %v", err)
+			}
+			st := other.apply(&tidemark.Batch{Source: "s", Changes: []tidemark.Change{ins(&s1again, v(9, 1), int64(4), "a4")}, Refresh: true,
+				Offsets: []tidemark.StreamOffset{{Group: "g", Topic: "x", Partition: 1, Next: 2, Prev: 1}}})
+			if st.Skipped != 1 {
+				t.Fatalf("stats %+v, want the old table's row skipped", st)
+			}
+			if err := other.sink.DropBefore(ctx, s1.ID, v(20, 1)); err != nil {
+				t.Fatal(err)
+			}
+			if got := e.rows(`SELECT k1, k2, b FROM ` + e.table("t")); strings.Join(got, ",") != "x|1|b1" {
+				t.Fatalf("rows %v, want x|1|b1", got)
+			}
+		})
+	}
+}
