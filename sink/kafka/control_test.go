@@ -17,7 +17,8 @@ import (
 func TestChangeRoundTrip(t *testing.T) {
 	tbl, row, c, as := allKindsCodec(t)
 	withSince := *tbl
-	withSince.Since = tidemark.Version{Seq: 7, Index: 1} // the version the record was announced before
+	withSince.Since = tidemark.Version{Seq: 7, Index: 1}     // the version the record was announced before
+	withSince.AfterDrop = tidemark.Version{Seq: 5, Index: 2} // the DROP TABLE it was announced after
 	if !reflect.DeepEqual(as.table, &withSince) || as.fingerprint != string(c.fingerprint) || as.source != "src" {
 		t.Fatalf("schema round trip: %+v / %s, want %+v / %s", as.table, as.fingerprint, tbl, c.fingerprint)
 	}
