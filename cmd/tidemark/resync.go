@@ -130,7 +130,7 @@ func (c *resyncCmd) resyncHere(ctx context.Context, d *daemon, p resyncParts) in
 			c.log.Error("resync failed; the table stays out of streaming until a resync succeeds", "table", id.String(), "err", err)
 			return exitFailed
 		}
-		fmt.Fprintf(c.stdout, "%s: resynced; the daemon streams it from version %s on\n", id, st.Floor)
+		fmt.Fprintf(c.stdout, "%s: resynced; the daemon streams it from version %s on (resynced in this process: no daemon held the source's lock)\n", id, st.Floor)
 	}
 	return exitOK
 }

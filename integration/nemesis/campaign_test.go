@@ -75,6 +75,10 @@ type campaign struct {
 	// startOverAt is the index in procs of the first process started
 	// after a checkpoint_delete (0: none), which replays the history.
 	startOverAt int
+	// resyncedHere counts the resync commands that found the source's
+	// lock free and did the work themselves (ddl_test.go): a daemon
+	// whose lock session had just ended is fenced by them.
+	resyncedHere int
 	// the campaign's current processes
 	tailer, standby *proc
 	appliers        []*proc

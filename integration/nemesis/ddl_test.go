@@ -131,6 +131,13 @@ func (c *campaign) ddl() {
 				return
 			}
 			code, out := c.runCmd(3*time.Minute, "resync", "--config", c.cfg, "--table", c.db+"."+tb.name, "--wait", "150s")
+			if strings.Contains(out, "resynced in this process") {
+				// The lock was free (a lock_session_kill had just ended
+				// the daemon's session): the command took it and
+				// resynced itself, fencing the daemon (judge:
+				// restartLockTakeovers). Read after done.
+				c.resyncedHere++
+			}
 			if code != 0 {
 				done <- fmt.Sprintf("exit %d: %s", code, tail(out, 10))
 				return

@@ -291,3 +291,38 @@ func (c *campaign) restartPartitionStops() {
 		}
 	}
 }
+
+// restartLockTakeovers starts again, as a supervisor would, a `run` that
+// stopped because another process took its source's lock over
+// (lockHandover) when that process was a `tidemark resync` that found the
+// lock free and resynced itself (campaign.resyncedHere: a
+// lock_session_kill had just ended the daemon's lock session, and the
+// command took the lock before the daemon's next check took it back; the
+// command's producer fenced the daemon's; docs/schema-changes.md, resync
+// with no daemon running). That stop is documented and loud; the tables must still end
+// equal, with the daemon running again. Only while no other `run` runs (a
+// standby that took over is handedOverTo's).
+func (c *campaign) restartLockTakeovers() {
+	if c.dry || c.resyncedHere == 0 {
+		return
+	}
+	for _, p := range append([]*proc(nil), c.procs...) {
+		if !p.exited() || p.killed || p.documented != "" || len(p.args) == 0 || p.args[0] != "run" {
+			continue
+		}
+		line := exitLine(p)
+		if !lockHandover.MatchString(line) || handedOverTo(p, c.procs) != nil {
+			continue
+		}
+		p.documented = line
+		c.res.faults["lock_taken_by_resync"]++
+		c.t.Logf("%s stopped because a tidemark resync took the free source lock and resynced itself (documented; started again, as a supervisor would): %s", p.role, line)
+		q := c.start(p.role, p.args...)
+		switch p {
+		case c.tailer:
+			c.tailer = q
+		case c.standby:
+			c.standby = q
+		}
+	}
+}

@@ -117,6 +117,7 @@ func (c *campaign) judge() {
 	extended := false
 	for !settled() && time.Now().Before(deadline) {
 		c.restartPartitionStops()
+		c.restartLockTakeovers()
 		stopped := false
 		for _, p := range c.procs {
 			if p.exited() && !p.killed && p.documented == "" && handedOverTo(p, c.procs) == nil {
