@@ -51,21 +51,26 @@ func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, at tidemark
 	if err != nil {
 		return d.wrap("read the target schema of", err)
 	}
+	replaced := false
 	if t.exists && t.align != nil && d.table.AfterDrop != (tidemark.Version{}) && s.cfg.Schema.DropTable == ApplyDDL &&
-		t.align.since().Compare(d.table.AfterDrop) < 0 {
+		t.align.since().Compare(d.table.AfterDrop) < 0 && !slices.Equal(alignedKey(t), d.table.KeyNames()) {
 		// The table of this layout was created after a DROP TABLE that
-		// the target's layout is older than: the target is the dropped
-		// table's, made again by a partition that lags behind another's
-		// drop record (every row of it older than the drop, which that
-		// partition's own drop record removes). It is replaced, rather
-		// than evolved to a table it is not (a business key changed by
-		// DROP + CREATE was refused; nemesis 577059053311).
+		// the target's layout is older than, with another business key:
+		// the target is the dropped table's, made again by a partition
+		// that lags behind another's drop record (every row of it older
+		// than the drop, which that partition's own drop record
+		// removes). It is replaced, rather than refused as a changed
+		// business key (nemesis 577059053311). With the same key it is
+		// evolved as before: a gh-ost cut-over's table has the old
+		// table's very layout, announced with the old layout's version,
+		// and replacing it at each partition's first batch dropped the
+		// rows the others had written (TestApplyOnlineSchemaChangeCutOver).
 		s.log.Info("replacing a target table of the layout before a source DROP TABLE (its rows are older than the drop, which each partition's drop record removes)",
 			"table", d.display, "source_table", d.id.String(), "target_layout", t.align.since().String(), "drop", d.table.AfterDrop.String())
 		if _, err := tx.Exec(ctx, "DROP TABLE "+d.qname); err != nil {
 			return d.wrap("drop table", err)
 		}
-		t.exists = false
+		t.exists, replaced = false, true
 	}
 	if !t.exists {
 		if err := d.create(ctx, tx); err != nil {
@@ -76,6 +81,11 @@ func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, at tidemark
 		}
 		a := alignmentOf(d.table)
 		a.Seq, a.Idx = at.Seq, at.Index
+		if replaced && at.Compare(d.table.AfterDrop) < 0 {
+			// Aligned at the drop at least: the next ensure of this
+			// layout (another partition's) keeps the table it made.
+			a.Seq, a.Idx = d.table.AfterDrop.Seq, d.table.AfterDrop.Index
+		}
 		if err := setAlignment(ctx, tx, d.qname, a); err != nil {
 			return d.wrap("record the schema of", err)
 		}
@@ -341,4 +351,12 @@ func (s *Sink) ensure(ctx context.Context, d *tableDef, k defKey, at tidemark.Ve
 	s.setProjection(k, proj)
 	s.markEnsured(ek)
 	return nil
+}
+
+// alignedKey is the business key the target table is aligned to.
+func alignedKey(t *targetTable) []string {
+	if t.align != nil && len(t.align.Key) > 0 {
+		return t.align.Key
+	}
+	return t.key
 }
