@@ -271,17 +271,26 @@ func (c *campaign) restartPartitionStops() {
 	if c.dry || c.res.faults["partitions_increase"] == 0 {
 		return
 	}
+	c.restartStopped("partition_stop", "stopped on the partitions the campaign added (documented; started again, as the error says)",
+		func(p *proc, line string) bool { return partitionStop.MatchString(line) })
+}
+
+// restartStopped starts again every `run` that exited by itself (not
+// killed by the campaign, not documented yet) with a last error that
+// documented accepts: the stop is recorded as documented under fault and
+// logged with why, and the new process takes the old one's role.
+func (c *campaign) restartStopped(fault, why string, documented func(p *proc, line string) bool) {
 	for _, p := range append([]*proc(nil), c.procs...) {
 		if !p.exited() || p.killed || p.documented != "" || len(p.args) == 0 || p.args[0] != "run" {
 			continue
 		}
 		line := exitLine(p)
-		if !partitionStop.MatchString(line) {
+		if !documented(p, line) {
 			continue
 		}
 		p.documented = line
-		c.res.faults["partition_stop"]++
-		c.t.Logf("%s stopped on the partitions the campaign added (documented; started again, as the error says): %s", p.role, line)
+		c.res.faults[fault]++
+		c.t.Logf("%s %s: %s", p.role, why, line)
 		q := c.start(p.role, p.args...)
 		switch p {
 		case c.tailer:
@@ -306,23 +315,8 @@ func (c *campaign) restartLockTakeovers() {
 	if c.dry || c.resyncedHere == 0 {
 		return
 	}
-	for _, p := range append([]*proc(nil), c.procs...) {
-		if !p.exited() || p.killed || p.documented != "" || len(p.args) == 0 || p.args[0] != "run" {
-			continue
-		}
-		line := exitLine(p)
-		if !lockHandover.MatchString(line) || handedOverTo(p, c.procs) != nil {
-			continue
-		}
-		p.documented = line
-		c.res.faults["lock_taken_by_resync"]++
-		c.t.Logf("%s stopped because a tidemark resync took the free source lock and resynced itself (documented; started again, as a supervisor would): %s", p.role, line)
-		q := c.start(p.role, p.args...)
-		switch p {
-		case c.tailer:
-			c.tailer = q
-		case c.standby:
-			c.standby = q
-		}
-	}
+	c.restartStopped("lock_taken_by_resync", "stopped because a tidemark resync took the free source lock and resynced itself (documented; started again, as a supervisor would)",
+		func(p *proc, line string) bool {
+			return lockHandover.MatchString(line) && handedOverTo(p, c.procs) == nil
+		})
 }
