@@ -97,6 +97,19 @@ func (r *Reader) exec(ctx context.Context, q string, args ...any) (*mysql.Result
 	return res, err
 }
 
+// stream is exec for a SELECT whose rows are handed to row as they arrive
+// (sqlConns.stream), retried as exec is.
+func (r *Reader) stream(ctx context.Context, q string, args []any, fields func([]*mysql.Field) error, row func([]mysql.FieldValue) error) error {
+	err := tidemark.Retry(ctx, "query source", queryRetry, isTransient, r.t.rl, func(ctx context.Context) error {
+		return r.t.sql.stream(ctx, q, args, fields, row)
+	})
+	var me *mysql.MyError
+	if errors.As(err, &me) && me.Code == mysql.ER_NO_SUCH_TABLE {
+		err = fmt.Errorf("%w: %w", err, tidemark.ErrTableGone)
+	}
+	return err
+}
+
 // Capture implements tidemark.SnapshotSource: the binlog position (GTID
 // state, file and offset) and the source clock, taken so that every
 // transaction up to the position is visible to every read that follows.
@@ -733,54 +746,100 @@ func (r *Reader) Read(ctx context.Context, req tidemark.ReadRequest) (tidemark.R
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
 	q += " ORDER BY " + strings.Join(order, ", ") + " LIMIT " + strconv.Itoa(req.Limit)
-	res, err := r.exec(ctx, q, args...)
+	var onRow func([]mysql.FieldValue) error
+	err = r.stream(ctx, q, args, func(fields []*mysql.Field) error {
+		// A statement retried starts over.
+		out, onRow = tidemark.ReadResult{}, rt.rowReader(req, orderIdx, &out)
+		return rt.sameTypes(fields)
+	}, func(fv []mysql.FieldValue) error { return onRow(fv) })
 	if err != nil {
-		return out, fmt.Errorf("read %s: %w", req.Table, err)
-	}
-	if res.Resultset != nil {
-		if err := rt.sameTypes(res.Fields); err != nil {
-			return out, fmt.Errorf("read %s: %w", req.Table, err)
+		var ce convError
+		if errors.As(err, &ce) {
+			return tidemark.ReadResult{}, ce.err
 		}
+		return tidemark.ReadResult{}, fmt.Errorf("read %s: %w", req.Table, err)
 	}
-	n := res.RowNumber()
-	out.Changes = make([]tidemark.Change, 0, n)
-	var lastRaw []any
-	for i := 0; i < n; i++ {
-		row := make([]any, len(rt.conv))
+	return out, nil
+}
+
+// convError is a value the layout's converters refused in Read, returned
+// as the converter made it.
+type convError struct{ err error }
+
+func (e convError) Error() string { return e.err.Error() }
+func (e convError) Unwrap() error { return e.err }
+
+// readBlockRows is how many rows' values Read allocates at once.
+const readBlockRows = 256
+
+// rowReader returns Read's row callback: each row converted into a Change
+// appended to out, and, once Limit rows came, out.Next from the last row's
+// raw cursor values (as the server compares them, not normalized).
+// Values are allocated readBlockRows rows at a time; the cursor columns of
+// each row are kept (their bytes copied into buffers reused row to row)
+// until the next row replaces them.
+func (rt *readTable) rowReader(req tidemark.ReadRequest, orderIdx []int, out *tidemark.ReadResult) func([]mysql.FieldValue) error {
+	nc := len(rt.conv)
+	var block []any
+	last := make([]mysql.FieldValue, len(orderIdx))
+	lastBytes := make([][]byte, len(orderIdx))
+	n := 0
+	return func(fv []mysql.FieldValue) error {
+		if n == 0 {
+			out.Changes = make([]tidemark.Change, 0, min(req.Limit, 4096))
+		}
+		if len(block) < nc {
+			block = make([]any, nc*readBlockRows)
+		}
+		row := block[:nc:nc]
+		block = block[nc:]
 		size := 96
-		raw := make([]any, len(rt.conv))
 		for j := range rt.conv {
-			v, err := res.GetValue(i, j)
-			if err != nil {
-				return out, fmt.Errorf("read %s: %w", req.Table, err)
+			var v any
+			switch fv[j].Type {
+			case mysql.FieldValueTypeNull:
+			case mysql.FieldValueTypeSigned:
+				v = fv[j].AsInt64()
+			case mysql.FieldValueTypeUnsigned:
+				v = fv[j].AsUint64()
+			case mysql.FieldValueTypeFloat:
+				v = fv[j].AsFloat64()
+			default:
+				// Points into go-mysql's packet buffer: every converter
+				// copies the bytes it keeps (string(b), append).
+				v = fv[j].AsString()
 			}
-			if b, ok := v.([]byte); ok {
-				v = append([]byte(nil), b...)
-			}
-			raw[j] = v
 			cv, err := rt.conv[j](v)
 			if err != nil {
-				return out, err
+				return convError{err}
 			}
 			row[j] = cv
 			size += valueSize(cv)
 		}
-		lastRaw = raw
 		out.Changes = append(out.Changes, tidemark.Change{
 			Op: tidemark.OpRead, Table: rt.table, After: row, Version: req.Snapshot.Version,
 			CommitTime: req.Snapshot.ServerTime, Size: size,
 		})
-	}
-	if n == req.Limit && lastRaw != nil {
-		// The cursor holds the raw source values (as the server compares
-		// them), not the normalized ones.
-		next := make([]any, len(orderIdx))
+		n++
 		for i, ci := range orderIdx {
-			next[i] = cursorValue(lastRaw[ci])
+			last[i] = fv[ci]
+			if fv[ci].Type == mysql.FieldValueTypeString {
+				lastBytes[i] = append(lastBytes[i][:0], fv[ci].AsString()...)
+			}
 		}
-		out.Next = next
+		if n == req.Limit {
+			next := make([]any, len(orderIdx))
+			for i := range orderIdx {
+				if last[i].Type == mysql.FieldValueTypeString {
+					next[i] = string(lastBytes[i])
+				} else {
+					next[i] = last[i].Value()
+				}
+			}
+			out.Next = next
+		}
+		return nil
 	}
-	return out, nil
 }
 
 // KeySplits implements tidemark.KeySplitter. For an integer first key

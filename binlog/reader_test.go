@@ -287,3 +287,51 @@ func TestReaderUndatedRows(t *testing.T) {
 		}
 	}
 }
+
+// TestReaderRowsOwnTheirValues: Read streams a chunk's rows, and go-mysql
+// reuses one buffer for every row's bytes. Each value a converter returns
+// must be its own copy: a BLOB, text, JSON, DECIMAL or DATETIME kept as a
+// view into that buffer would show a later row's bytes. 200 rows of
+// different lengths are read in one chunk and compared with what was
+// written, and the cursor of a full chunk is the last row's key.
+func TestReaderRowsOwnTheirValues(t *testing.T) {
+	addr, user, pass, c := testServer(t)
+	db := testenv.Name("br_")
+	exec(t, c, "CREATE DATABASE "+db)
+	t.Cleanup(func() { _, _ = c.Execute("DROP DATABASE " + db) })
+	exec(t, c, "USE "+db, "CREATE TABLE o (k VARCHAR(20) NOT NULL PRIMARY KEY, bl BLOB, vb VARBINARY(300), tx TEXT, j JSON, d DECIMAL(20,4), dt DATETIME(6))")
+	const n = 200
+	text := func(i int) string { return fmt.Sprintf("%0*d", 1+(i*37)%250, i) }
+	for i := 0; i < n; i++ {
+		exec(t, c, fmt.Sprintf(`INSERT INTO o VALUES ('key-%03d', '%s', '%s', '%s', '{"i": %d, "s": "%s"}', %d.%04d, '2026-03-10 10:%02d:%02d.%06d')`,
+			i, text(i), text(i+1), text(i+2), i, text(i+3), i*1000+7, i, i%60, (i*7)%60, i))
+	}
+	r, err := NewReader(Config{Name: "test", Addr: addr, User: user, Password: pass, ServerID: 1, Zone: tidemark.ZonePolicy{Location: time.UTC}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	id := tidemark.TableID{Database: db, Name: "o"}
+	for _, limit := range []int{n, n / 2} {
+		res, err := r.Read(context.Background(), tidemark.ReadRequest{Table: id, After: []any{"key-"}, Limit: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Changes) != limit {
+			t.Fatalf("read %d rows, want %d", len(res.Changes), limit)
+		}
+		for i, ch := range res.Changes {
+			want := []any{fmt.Sprintf("key-%03d", i), []byte(text(i)), []byte(text(i + 1)), text(i + 2),
+				tidemark.JSON(fmt.Sprintf(`{"i": %d, "s": "%s"}`, i, text(i+3))), tidemark.Decimal(fmt.Sprintf("%d.%04d", i*1000+7, i)),
+				time.Date(2026, 3, 10, 10, i%60, (i*7)%60, i*1000, time.UTC)}
+			for j, w := range want {
+				if !sameValue(ch.After[j], w) {
+					t.Fatalf("limit %d, row %d, column %s: %#v, want %#v", limit, i, ch.Table.Columns[j].Name, ch.After[j], w)
+				}
+			}
+		}
+		if want := fmt.Sprintf("key-%03d", limit-1); len(res.Next) != 1 || res.Next[0] != want {
+			t.Fatalf("limit %d: cursor %#v, want [%q]", limit, res.Next, want)
+		}
+	}
+}

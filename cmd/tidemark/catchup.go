@@ -35,15 +35,17 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 // is no lock to check: --no-daemon states that no daemon runs.
 type catchupCmd struct {
 	cmdBase
-	tables   stringList
-	noDaemon bool
-	only     []tidemark.TableID
+	tables     stringList
+	noDaemon   bool
+	only       []tidemark.TableID
+	cpuProfile string
 }
 
 func (c *catchupCmd) parseFlags(args []string) error {
 	err := c.parseConfig(args, func(fs *flag.FlagSet) {
 		fs.Var(&c.tables, "table", "db.table to catch up (repeatable); default all, moving the checkpoint")
 		fs.BoolVar(&c.noDaemon, "no-daemon", false, "with Kafka alone (no PostgreSQL lock to check): state that no daemon streams the source")
+		fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the catch-up to this file")
 	})
 	if err != nil {
 		return err
@@ -59,6 +61,14 @@ func (c *catchupCmd) parseFlags(args []string) error {
 }
 
 func (c *catchupCmd) run(ctx context.Context) int {
+	if c.cpuProfile != "" {
+		stop, err := startCPUProfile(c.cpuProfile)
+		if err != nil {
+			fmt.Fprintf(c.stderr, "tidemark catchup: start CPU profile: %v\n", err)
+			return exitUsage
+		}
+		defer stop()
+	}
 	d, err := openCatchUp(ctx, c.cfg, c.log, c.stderr)
 	if err != nil {
 		return c.fail("start failed", err)
