@@ -2,6 +2,7 @@ package tidemark_test
 
 import (
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"time"
 	_ "time/tzdata"
@@ -105,6 +106,40 @@ func TestZonePolicyLocalFloor(t *testing.T) {
 				if l := p.ToLocal(u); l.Before(floor) {
 					t.Fatalf("%s: floor of %s is %s, but the later instant %s reads %s", z.name, lo, floor, u, l)
 				}
+			}
+		}
+	}
+}
+
+// TestZoneSpanMatchesToUTC: ToUTCIn with a shared ZoneSpan returns exactly
+// what ToUTC returns (instant, location, error), for wall readings swept in
+// order and in random order through years of transitions, in zones with
+// DST (New York, London, Lord Howe's 30-minute shift, Santiago), without
+// (Kolkata) and with a change of standard offset (Pyongyang 2015/2018),
+// under every fold and gap policy.
+func TestZoneSpanMatchesToUTC(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	for _, name := range []string{"America/New_York", "Europe/London", "Australia/Lord_Howe", "America/Santiago", "Asia/Kolkata", "Asia/Pyongyang"} {
+		loc, err := time.LoadLocation(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, res := range []tidemark.Resolve{tidemark.ResolveEarlier, tidemark.ResolveLater, tidemark.ResolveError} {
+			p := tidemark.ZonePolicy{Location: loc, Fold: res, Gap: res}
+			var span tidemark.ZoneSpan
+			check := func(w time.Time) {
+				want, werr := p.ToUTC(w)
+				got, gerr := p.ToUTCIn(w, &span)
+				if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() || !got.Equal(want) || got.Location() != want.Location() {
+					t.Fatalf("%s %s: ToUTCIn(%s) = %v, %v; ToUTC = %v, %v", name, res, w.Format("2006-01-02 15:04:05.999999"), got, gerr, want, werr)
+				}
+			}
+			start := time.Date(2014, 1, 1, 0, 0, 0, 0, time.UTC)
+			for w := start; w.Year() < 2020; w = w.Add(17 * time.Minute) {
+				check(w)
+			}
+			for i := 0; i < 20000; i++ {
+				check(start.Add(time.Duration(rng.Int64N(int64(6 * 365 * 24 * time.Hour)))))
 			}
 		}
 	}

@@ -39,7 +39,8 @@ type Reader struct {
 type readTable struct {
 	table  *tidemark.Table
 	conv   []converter
-	selSQL []string // per column select expression
+	bconv  []func([]byte) (any, error) // per column, or nil: conv of a value that arrives as bytes, without boxing them
+	selSQL []string                    // per column select expression
 	kinds  []tidemark.Kind
 }
 
@@ -483,7 +484,7 @@ func (r *Reader) table(ctx context.Context, id tidemark.TableID) (*readTable, er
 	rt = &readTable{table: tbl}
 	keys := tbl.KeyNames()
 	for _, col := range tbl.Columns {
-		env := &valueEnv{table: id, column: col.Name, zone: r.t.cfg.zoneFor(id, col.Name), zeroDates: r.t.cfg.ZeroDates, stats: &r.t.stats,
+		env := &valueEnv{table: id, column: col.Name, zone: r.t.cfg.zoneFor(id, col.Name), zeroDates: r.t.cfg.ZeroDates, stats: &r.t.stats, span: new(tidemark.ZoneSpan),
 			injective: injective(slices.Contains(keys, col.Name), uniq[strings.ToLower(col.Name)])}
 		sel := tidemark.QuoteMySQL(col.Name)
 		conv := env.convFor(col.Kind)
@@ -501,6 +502,7 @@ func (r *Reader) table(ctx context.Context, id tidemark.TableID) (*readTable, er
 			conv = env.convText(nil)
 		}
 		rt.conv = append(rt.conv, bytesToString(col.Kind, conv))
+		rt.bconv = append(rt.bconv, env.bytesConv(col.Kind))
 		rt.selSQL = append(rt.selSQL, sel)
 		rt.kinds = append(rt.kinds, col.Kind)
 	}
@@ -807,7 +809,17 @@ func (rt *readTable) rowReader(req tidemark.ReadRequest, orderIdx []int, out *ti
 			default:
 				// Points into go-mysql's packet buffer: every converter
 				// copies the bytes it keeps (string(b), append).
-				v = fv[j].AsString()
+				b := fv[j].AsString()
+				if bc := rt.bconv[j]; bc != nil {
+					cv, err := bc(b)
+					if err != nil {
+						return convError{err}
+					}
+					row[j] = cv
+					size += valueSize(cv)
+					continue
+				}
+				v = b
 			}
 			cv, err := rt.conv[j](v)
 			if err != nil {

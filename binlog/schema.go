@@ -170,7 +170,7 @@ func (t *Tailer) buildTable(tm *replication.TableMapEvent, jsonCols, jsonKnown, 
 		if err := tidemark.CheckIdentifier("column of "+id.String(), name); err != nil {
 			return nil, fmt.Errorf("decode table map of %s: %w", id, err)
 		}
-		env := &valueEnv{table: id, column: name, zone: t.cfg.zoneFor(id, name), zeroDates: t.cfg.ZeroDates, stats: &t.stats, injective: injective(keyNames[strings.ToLower(name)], uniqueCols[strings.ToLower(name)])}
+		env := &valueEnv{table: id, column: name, zone: t.cfg.zoneFor(id, name), zeroDates: t.cfg.ZeroDates, stats: &t.stats, span: new(tidemark.ZoneSpan), injective: injective(keyNames[strings.ToLower(name)], uniqueCols[strings.ToLower(name)])}
 		col := tidemark.Column{Name: name, Nullable: true}
 		if avail, nullable := tm.Nullable(i); avail {
 			col.Nullable = nullable

@@ -41,6 +41,7 @@ type valueEnv struct {
 	// "unique index"; "" for other columns): a DATETIME in a DST gap is
 	// then refused whatever the gap policy (convDateTime).
 	injective string
+	span      *tidemark.ZoneSpan // ToUTCIn's cache for the column's DATETIMEs (nil: none)
 }
 
 // injective is valueEnv.injective of a column.
@@ -147,8 +148,16 @@ func (e *valueEnv) convDecimal(v any) (any, error) {
 	return nil, e.errf("want a decimal string, got %T", v)
 }
 
-func validDecimal(s string) bool {
-	if s == "" {
+// decimalBytes is convDecimal for an SQL read's bytes (readTable.bconv).
+func (e *valueEnv) decimalBytes(b []byte) (any, error) {
+	if !validDecimal(b) {
+		return nil, e.errf("malformed decimal")
+	}
+	return tidemark.Decimal(b), nil
+}
+
+func validDecimal[T string | []byte](s T) bool {
+	if len(s) == 0 {
 		return false
 	}
 	if s[0] == '-' {
@@ -348,38 +357,39 @@ func (e *valueEnv) convJSON(v any) (any, error) {
 }
 
 // parseCivil parses "YYYY-MM-DD[ HH:MM:SS[.ffffff]]" into its fields. zero
-// reports a zero date (year, month or day 0).
-func parseCivil(s string) (t time.Time, zero bool, err error) {
+// reports a zero date (year, month or day 0). s is the text of a binlog
+// value or an SQL read's bytes (readTable.bconv: no string made of them).
+func parseCivil[T string | []byte](s T) (t time.Time, zero bool, err error) {
 	if len(s) < 10 || s[4] != '-' || s[7] != '-' {
-		return time.Time{}, false, fmt.Errorf("malformed date %q", s)
+		return time.Time{}, false, fmt.Errorf("malformed date %q", string(s))
 	}
-	y, err1 := strconv.Atoi(s[0:4])
-	mo, err2 := strconv.Atoi(s[5:7])
-	d, err3 := strconv.Atoi(s[8:10])
-	if err1 != nil || err2 != nil || err3 != nil {
-		return time.Time{}, false, fmt.Errorf("malformed date %q", s)
+	y, ok1 := civilDigits(s[0:4])
+	mo, ok2 := civilDigits(s[5:7])
+	d, ok3 := civilDigits(s[8:10])
+	if !ok1 || !ok2 || !ok3 {
+		return time.Time{}, false, fmt.Errorf("malformed date %q", string(s))
 	}
 	var h, mi, sec, ns int
 	if len(s) > 10 {
 		rest := s[10:]
 		if len(rest) < 9 || rest[0] != ' ' || rest[3] != ':' || rest[6] != ':' {
-			return time.Time{}, false, fmt.Errorf("malformed datetime %q", s)
+			return time.Time{}, false, fmt.Errorf("malformed datetime %q", string(s))
 		}
-		var e1, e2, e3 error
-		h, e1 = strconv.Atoi(rest[1:3])
-		mi, e2 = strconv.Atoi(rest[4:6])
-		sec, e3 = strconv.Atoi(rest[7:9])
-		if e1 != nil || e2 != nil || e3 != nil {
-			return time.Time{}, false, fmt.Errorf("malformed datetime %q", s)
+		var ok1, ok2, ok3 bool
+		h, ok1 = civilDigits(rest[1:3])
+		mi, ok2 = civilDigits(rest[4:6])
+		sec, ok3 = civilDigits(rest[7:9])
+		if !ok1 || !ok2 || !ok3 {
+			return time.Time{}, false, fmt.Errorf("malformed datetime %q", string(s))
 		}
 		if len(rest) > 9 {
 			if rest[9] != '.' || len(rest) > 16 {
-				return time.Time{}, false, fmt.Errorf("malformed fraction in %q", s)
+				return time.Time{}, false, fmt.Errorf("malformed fraction in %q", string(s))
 			}
 			frac := rest[10:]
-			f, e4 := strconv.Atoi(frac)
-			if e4 != nil {
-				return time.Time{}, false, fmt.Errorf("malformed fraction in %q", s)
+			f, ok := civilDigits(frac)
+			if !ok {
+				return time.Time{}, false, fmt.Errorf("malformed fraction in %q", string(s))
 			}
 			for i := len(frac); i < 9; i++ {
 				f *= 10
@@ -391,13 +401,30 @@ func parseCivil(s string) (t time.Time, zero bool, err error) {
 		return time.Time{}, true, nil
 	}
 	if mo > 12 || d > 31 || h > 23 || mi > 59 || sec > 59 {
-		return time.Time{}, false, fmt.Errorf("out-of-range date/time %q", s)
+		return time.Time{}, false, fmt.Errorf("out-of-range date/time %q", string(s))
 	}
 	t = time.Date(y, time.Month(mo), d, h, mi, sec, ns, time.UTC)
 	if t.Day() != d {
-		return time.Time{}, false, fmt.Errorf("nonexistent date %q", s)
+		return time.Time{}, false, fmt.Errorf("nonexistent date %q", string(s))
 	}
 	return t, false, nil
+}
+
+// civilDigits parses a field of parseCivil: one or more ASCII digits (at
+// most 9, as a fraction of a second has).
+func civilDigits[T string | []byte](s T) (int, bool) {
+	if len(s) == 0 || len(s) > 9 {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
 }
 
 func (e *valueEnv) convDate(v any) (any, error) {
@@ -433,19 +460,30 @@ func (e *valueEnv) convDateTime(v any) (any, error) {
 	case time.Time:
 		wall = x
 	case string:
-		t, zero, err := parseCivil(x)
-		if err != nil {
-			return nil, e.wrap("parse DATETIME", err)
-		}
-		if zero {
-			return e.zero()
-		}
-		wall = t
+		return dateTimeText(e, x)
 	case uncheckedDateTime:
 		return nil, e.errf("cannot check this DATETIME for an invalid date: the rows event's format was not recognized (see binlog/datecheck.go)")
 	default:
 		return nil, e.errf("want DATETIME, got %T", v)
 	}
+	return e.dateTimeWall(wall)
+}
+
+// dateTimeText is convDateTime of a DATETIME's text: a binlog value's, or
+// an SQL read's bytes (readTable.bconv).
+func dateTimeText[T string | []byte](e *valueEnv, s T) (any, error) {
+	wall, zero, err := parseCivil(s)
+	if err != nil {
+		return nil, e.wrap("parse DATETIME", err)
+	}
+	if zero {
+		return e.zero()
+	}
+	return e.dateTimeWall(wall)
+}
+
+// dateTimeWall is convDateTime of a DATETIME's wall clock digits.
+func (e *valueEnv) dateTimeWall(wall time.Time) (any, error) {
 	z := e.zone
 	if e.injective != "" {
 		// The gap policies "later" and "earlier" map a local time the
@@ -456,7 +494,7 @@ func (e *valueEnv) convDateTime(v any) (any, error) {
 		// local reading still maps to one instant of its own).
 		z.Gap = tidemark.ResolveError
 	}
-	t, err := z.ToUTC(wall)
+	t, err := z.ToUTCIn(wall, e.span)
 	if err != nil {
 		if e.injective != "" && e.zone.Gap != tidemark.ResolveError && errors.Is(err, tidemark.ErrNonexistentTime) {
 			return nil, e.wrap(fmt.Sprintf("%s column value %s is in a DST gap of %s (a local time the clocks skipped): the gap policy %q would map it onto the instant of another local time, "+
@@ -486,16 +524,22 @@ func (e *valueEnv) convTimestamp(v any) (any, error) {
 	case string:
 		// Zero from the binlog, or text from an SQL read in a session at
 		// time_zone +00:00.
-		t, zero, err := parseCivil(x)
-		if err != nil {
-			return nil, e.wrap("parse TIMESTAMP", err)
-		}
-		if zero {
-			return e.zero()
-		}
-		return t, nil
+		return timestampText(e, x)
 	}
 	return nil, e.errf("want TIMESTAMP, got %T", v)
+}
+
+// timestampText is convTimestamp of a TIMESTAMP's text: a binlog value's,
+// or an SQL read's bytes (readTable.bconv).
+func timestampText[T string | []byte](e *valueEnv, s T) (any, error) {
+	t, zero, err := parseCivil(s)
+	if err != nil {
+		return nil, e.wrap("parse TIMESTAMP", err)
+	}
+	if zero {
+		return e.zero()
+	}
+	return t, nil
 }
 
 // parseTimeOfDay parses MySQL TIME text "[-]HHH:MM:SS[.ffffff]".
@@ -607,6 +651,34 @@ func decodeCP1252(s string) string {
 // but its kind, shared by the tailer (table maps) and the reader (SQL
 // results); nil for ENUM, SET and text, whose converters need the table
 // map's members or the column's collation (each path chooses those).
+// bytesConv returns, for the kinds whose SQL read values arrive as bytes,
+// the converter an SQL read (Reader.Read) applies to them: what convFor's
+// converter (for text: convText(nil)) does with the same bytes, without
+// boxing them first or making a string to parse. nil for the other kinds.
+// What it returns never points into b.
+func (e *valueEnv) bytesConv(k tidemark.Kind) func([]byte) (any, error) {
+	switch k {
+	case tidemark.KindDecimal:
+		return e.decimalBytes
+	case tidemark.KindDateTime:
+		return func(b []byte) (any, error) { return dateTimeText(e, b) }
+	case tidemark.KindTimestamp:
+		return func(b []byte) (any, error) { return timestampText(e, b) }
+	case tidemark.KindText:
+		return func(b []byte) (any, error) {
+			if !utf8.Valid(b) {
+				return nil, e.errf("text is not valid UTF-8 (check the column's character set)")
+			}
+			return string(b), nil
+		}
+	case tidemark.KindJSON:
+		return func(b []byte) (any, error) { return e.convJSON(b) }
+	case tidemark.KindBytes:
+		return func(b []byte) (any, error) { return append([]byte(nil), b...), nil }
+	}
+	return nil
+}
+
 func (e *valueEnv) convFor(k tidemark.Kind) converter {
 	switch k {
 	case tidemark.KindInt:

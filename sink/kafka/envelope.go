@@ -2,7 +2,6 @@ package kafka
 
 import (
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -334,7 +333,7 @@ func appendValue(dst []byte, k tidemark.Kind, v any) ([]byte, string) {
 		default:
 			return dst, fmt.Sprintf("kind %s: want tidemark.JSON, got %T", k, v)
 		}
-		if !json.Valid([]byte(doc)) {
+		if !tidemark.JSON(doc).Valid() {
 			return dst, "kind json: not a valid JSON document"
 		}
 		return append(dst, doc...), ""

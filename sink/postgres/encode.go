@@ -3,7 +3,6 @@ package postgres
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
@@ -222,7 +221,7 @@ func appendBody(buf []byte, c *tidemark.Column, v any) ([]byte, string) {
 		if !ok {
 			return buf, wrongType(c, "tidemark.JSON", v)
 		}
-		if !json.Valid([]byte(x)) {
+		if !x.Valid() {
 			return buf, "not valid JSON"
 		}
 		if jsonHasNUL(string(x)) {
