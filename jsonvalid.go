@@ -92,19 +92,8 @@ func (v *jsonValidator) object(depth int) bool {
 		if !v.value(depth) {
 			return false
 		}
-		v.space()
-		if v.i >= len(v.s) {
-			return false
-		}
-		switch v.s[v.i] {
-		case ',':
-			v.i++
-			v.space()
-		case '}':
-			v.i++
-			return true
-		default:
-			return false
+		if done, ok := v.next('}'); done || !ok {
+			return ok
 		}
 	}
 }
@@ -123,21 +112,29 @@ func (v *jsonValidator) array(depth int) bool {
 		if !v.value(depth) {
 			return false
 		}
-		v.space()
-		if v.i >= len(v.s) {
-			return false
-		}
-		switch v.s[v.i] {
-		case ',':
-			v.i++
-			v.space()
-		case ']':
-			v.i++
-			return true
-		default:
-			return false
+		if done, ok := v.next(']'); done || !ok {
+			return ok
 		}
 	}
+}
+
+// next reads what follows a member of an array or object: a comma (another
+// member follows; done false) or the closing bracket close (done true).
+func (v *jsonValidator) next(close byte) (done, ok bool) {
+	v.space()
+	if v.i >= len(v.s) {
+		return false, false
+	}
+	switch v.s[v.i] {
+	case ',':
+		v.i++
+		v.space()
+		return false, true
+	case close:
+		v.i++
+		return true, true
+	}
+	return false, false
 }
 
 // str checks the string at v.i (its opening quote).
