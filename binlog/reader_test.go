@@ -3,6 +3,7 @@ package binlog
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -333,5 +334,35 @@ func TestReaderRowsOwnTheirValues(t *testing.T) {
 		if want := fmt.Sprintf("key-%03d", limit-1); len(res.Next) != 1 || res.Next[0] != want {
 			t.Fatalf("limit %d: cursor %#v, want [%q]", limit, res.Next, want)
 		}
+	}
+}
+
+// TestReaderLayoutChangedUnderIt: a Reader keeps the layout it read first;
+// an ALTER before its next chunk makes the chunk's result types differ.
+// A string column made an integer, and an integer column widened, are
+// ErrLayoutChanged (the caller reads the layout again), not a value the
+// older layout's converter refuses.
+func TestReaderLayoutChangedUnderIt(t *testing.T) {
+	addr, user, pass, c := testServer(t)
+	db := testenv.Name("br_")
+	exec(t, c, "CREATE DATABASE "+db)
+	t.Cleanup(func() { _, _ = c.Execute("DROP DATABASE " + db) })
+	for _, alter := range []string{"MODIFY COLUMN s INT NOT NULL", "MODIFY COLUMN n BIGINT NOT NULL"} {
+		exec(t, c, "USE "+db, "DROP TABLE IF EXISTS l", "CREATE TABLE l (id INT PRIMARY KEY, s VARCHAR(10) NOT NULL, n INT NOT NULL)",
+			"INSERT INTO l VALUES (1, '10', 1), (2, '20', 2)")
+		r, err := NewReader(Config{Name: "test", Addr: addr, User: user, Password: pass, ServerID: 1, Zone: tidemark.ZonePolicy{Location: time.UTC}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := tidemark.TableID{Database: db, Name: "l"}
+		if _, err := r.Read(context.Background(), tidemark.ReadRequest{Table: id, Limit: 1}); err != nil {
+			t.Fatal(err)
+		}
+		exec(t, c, "ALTER TABLE l "+alter)
+		_, err = r.Read(context.Background(), tidemark.ReadRequest{Table: id, After: []any{int64(1)}, Limit: 1})
+		if !errors.Is(err, tidemark.ErrLayoutChanged) {
+			t.Fatalf("%s between two chunks: %v, want ErrLayoutChanged", alter, err)
+		}
+		r.Close()
 	}
 }
