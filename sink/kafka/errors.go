@@ -28,7 +28,8 @@ type fencedError struct {
 }
 
 func (e *fencedError) Error() string {
-	return fmt.Sprintf("sink/kafka: fenced by another instance with transactional id %s: %v", e.txnID, e.err)
+	return fmt.Sprintf("sink/kafka: fenced by another instance with transactional id %s "+
+		"(the id was taken over, as a tidemark run, catchup or resync of the same source does when it starts; this process can no longer commit): %v", e.txnID, e.err)
 }
 
 func (e *fencedError) Unwrap() []error { return []error{ErrFenced, e.err} }
