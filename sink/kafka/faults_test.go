@@ -76,6 +76,14 @@ func TestBrokerFaults(t *testing.T) {
 				kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.CoordinatorLoadInProgress, Count: 3})},
 		{name: "end txn: concurrent transactions", eos: []bool{true},
 			setup: faults(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.ConcurrentTransactions, Count: 3})},
+		// UNKNOWN_SERVER_ERROR on EndTxn, the transaction not committed
+		// (nemesis seed 9, Apache Kafka 4.4: a standby's first commit
+		// just after it fenced the daemon it took the source lock from).
+		// franz-go leaves such a commit unconfirmed and reloads the
+		// producer id; the sink verifies it did not commit and
+		// publishes it again, as it does after a lost answer.
+		{name: "end txn: unknown server error, not committed", eos: []bool{true}, mustRetry: true,
+			setup: faults(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.UnknownServerError, Count: 2})},
 		{name: "end txn: connection dropped, commit lost", eos: []bool{true}, mustRetry: true,
 			setup: dropConnections(int16(kmsg.EndTxn), 3)},
 		{name: "end txn: answer lost after commit", eos: []bool{true}, mustLog: "commit reported an error but took effect (checkpoint read back)",

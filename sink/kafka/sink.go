@@ -573,6 +573,17 @@ func (s *Sink) resolveCommit(ctx context.Context, source string, cp checkpoint, 
 		// batch is worth publishing again whatever the refusal was.
 		return &tidemark.Retryable{Err: fmt.Errorf("%w (verified not committed; publishing it again on a new client)", commitErr)}
 	}
+	if errors.Is(commitErr, kerr.UnknownServerError) {
+		// UNKNOWN_SERVER_ERROR is no answer about the commit: franz-go
+		// leaves such a commit unconfirmed and fails the producer id
+		// to be reloaded, and settle's reload (an InitProducerID that
+		// bumps the epoch and aborts whatever was still open) was
+		// accepted, so this client still owns the id and can go on.
+		// Apache Kafka 4.4 answered a standby's first commit with it
+		// just after the standby fenced the daemon it took the source
+		// lock from (nemesis seed 9).
+		return &tidemark.Retryable{Err: fmt.Errorf("%w (verified not committed; the producer id was reloaded, publishing it again)", commitErr)}
+	}
 	return fmt.Errorf("%w (verified not committed)", commitErr)
 }
 
