@@ -635,7 +635,7 @@ func (t *Tailer) resolveRules(stored tidemark.Position, st serverState) (Resolut
 			// Rule 1.
 			res.Start.Epoch = stored.Epoch
 			if legacy {
-				res.Note = joinNote(res.Note, "the checkpoint has no source identity (written by an earlier release): taking it as this server's")
+				res.Note = joinNote(res.Note, "the position has no source identity (a configured start_position, or a checkpoint written by an earlier release): taking it as this server's")
 			}
 		}
 		t.lin.set(res.Start.Epoch, st.id)
