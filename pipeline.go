@@ -73,6 +73,13 @@ type PipelineConfig struct {
 	// the pipeline runs, when the sink is a SourceLockChecker (default
 	// 3s): on loss Run stops with ErrSourceLockLost.
 	LockCheckInterval time.Duration
+	// SnapshotProgressEvery is how often, at most, a snapshot beside the
+	// stream writes its ranges' cursors to the table's state (default
+	// DefaultSnapshotProgressEvery, snapshot.progress_every): a restart
+	// re-reads at most the chunks that landed since (a re-read chunk is
+	// like any other: read after a capture, its rows lose to newer
+	// changes), instead of one write to the target per chunk.
+	SnapshotProgressEvery time.Duration
 }
 
 // The defaults of PipelineConfig's zero fields.
@@ -91,6 +98,10 @@ const (
 	DefaultStateInterval = 2 * time.Second
 	// DefaultLockCheckInterval is LockCheckInterval's default.
 	DefaultLockCheckInterval = 3 * time.Second
+	// DefaultSnapshotProgressEvery is how often a snapshot's range cursors
+	// are recorded at most by default, beside the stream
+	// (SnapshotProgressEvery) and in a first run (fallback): a second.
+	DefaultSnapshotProgressEvery = time.Second
 )
 
 func (c *PipelineConfig) setDefaults() {
@@ -117,6 +128,9 @@ func (c *PipelineConfig) setDefaults() {
 	}
 	if c.LockCheckInterval <= 0 {
 		c.LockCheckInterval = DefaultLockCheckInterval
+	}
+	if c.SnapshotProgressEvery <= 0 {
+		c.SnapshotProgressEvery = DefaultSnapshotProgressEvery
 	}
 }
 

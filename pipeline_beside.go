@@ -107,16 +107,10 @@ type besideJob struct {
 	// read: the last chunk landed.
 	until Position
 	read  bool
-	// savedAt is when the ranges were last stored (see besideSaveEvery).
+	// savedAt is when the ranges were last stored
+	// (PipelineConfig.SnapshotProgressEvery).
 	savedAt time.Time
 }
-
-// besideSaveEvery is how often, at most, the ranges' cursors are written
-// to the table's state: a restart re-reads at most the chunks that landed
-// in the last second (a re-read chunk is like any other: read after a
-// capture, its rows lose to newer changes), instead of one write to the
-// target per chunk.
-const besideSaveEvery = time.Second
 
 // besideRecapture is how long one capture stamps the chunks read after it.
 // Any capture before a read will do (the read sees everything before it);
@@ -508,7 +502,7 @@ func (a *applier) chunkLanded(r besideRound) error {
 	for _, rg := range j.ranges {
 		done = done && rg.Done
 	}
-	save := time.Since(j.savedAt) >= besideSaveEvery
+	save := time.Since(j.savedAt) >= a.p.cfg.SnapshotProgressEvery
 	if save {
 		j.savedAt = time.Now()
 	}

@@ -94,6 +94,10 @@ type Config struct {
 	// ReadAhead is how many chunks may be read ahead of the one being
 	// applied (default 2).
 	ReadAhead int
+	// ProgressEvery is how often a first-run table's range cursors are
+	// recorded at most, besides its begin and its end (default 1s): the
+	// reading a kill -9 mid-snapshot can make the next start redo.
+	ProgressEvery time.Duration
 	// Logger receives progress lines (default discard).
 	Logger *slog.Logger
 	// Progress, if set, is called after every chunk.

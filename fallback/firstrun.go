@@ -21,7 +21,7 @@ import (
 //     run's capture (position, version, source clock), its key columns,
 //     whether a key diff follows its read, its watermark bound and its key
 //     ranges; each range's cursor after the last chunk applied is written
-//     at most once a second (saveEvery), and the table is marked done once
+//     at most once a second (Config.ProgressEvery), and the table is marked done once
 //     its read and key diff are in;
 //   - a first run that finds such records resumes with their capture
 //     instead of a new one: tables done are not read again, each range of
@@ -47,8 +47,9 @@ import (
 // longer recorded.
 
 // saveEvery is how often a first-run table's range cursors are written at
-// most (besides its begin and its end). A variable for tests.
-var saveEvery = time.Second
+// most (besides its begin and its end) when Config.ProgressEvery is not
+// set. A variable for tests (0: after every chunk).
+var saveEvery = tidemark.DefaultSnapshotProgressEvery
 
 // firstRunJSON is a first-run record in TableState.Cursor: the ranges in
 // EncodeRanges' form beside the rest.
@@ -132,6 +133,8 @@ type firstRun struct {
 		Warn(msg string, args ...any)
 	}
 	snap tidemark.Snapshot
+	// every is Config.ProgressEvery (0: saveEvery).
+	every time.Duration
 	// resumed: snap is an interrupted first run's capture.
 	resumed bool
 	// prior is each table's recorded mode when the run began (the mode
@@ -151,7 +154,7 @@ type firstRun struct {
 // and returns the run's recorder with their capture, or with a new one
 // when there are none (or they cannot be used).
 func (c *CatchUp) openFirstRun(ctx context.Context, reg tidemark.TableRegistry, states []tidemark.TableState) (*firstRun, error) {
-	fr := &firstRun{reg: reg, source: c.cfg.Source, log: c.cfg.Logger,
+	fr := &firstRun{reg: reg, source: c.cfg.Source, log: c.cfg.Logger, every: c.cfg.ProgressEvery,
 		prior: map[tidemark.TableID]tidemark.TableMode{}, records: map[tidemark.TableID]*firstRunRecord{}}
 	var capture *captureJSON
 	var bad error
@@ -304,7 +307,8 @@ func (p *tableProgress) begin(ctx context.Context, ranges []tidemark.SnapshotRan
 }
 
 // advance records that range i's chunk up to next (nil: its last) was
-// applied; it is written when saveEvery has passed since the last write.
+// applied; it is written when Config.ProgressEvery has passed since the
+// last write.
 func (p *tableProgress) advance(ctx context.Context, i int, next []any) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -313,7 +317,11 @@ func (p *tableProgress) advance(ctx context.Context, i int, next []any) error {
 	} else {
 		p.ranges[i].After = next
 	}
-	if time.Since(p.savedAt) < saveEvery {
+	every := p.fr.every
+	if every <= 0 {
+		every = saveEvery
+	}
+	if time.Since(p.savedAt) < every {
 		return nil
 	}
 	return p.save(ctx)

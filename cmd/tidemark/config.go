@@ -97,6 +97,23 @@ type SnapshotConfig struct {
 	// tables at once, within the same readers and sessions. Default
 	// DefaultSnapshotParallelism; 1 is the single reader and COPY stream.
 	Parallelism int `yaml:"parallelism"`
+	// ProgressEvery is how often a snapshot (a first run's, one beside the
+	// stream) records each table's range cursors at most (default
+	// DefaultSnapshotProgressEvery):
+	// the reading a kill -9 mid-snapshot can make the next start redo,
+	// against one control-table write per table per interval.
+	ProgressEvery time.Duration `yaml:"progress_every"`
+}
+
+// DefaultSnapshotProgressEvery is snapshot.progress_every's default.
+const DefaultSnapshotProgressEvery = tidemark.DefaultSnapshotProgressEvery
+
+// snapshotProgressEvery is snapshot.progress_every with its default.
+func (c *Config) snapshotProgressEvery() time.Duration {
+	if c.Snapshot.ProgressEvery == 0 {
+		return DefaultSnapshotProgressEvery
+	}
+	return c.Snapshot.ProgressEvery
 }
 
 // DefaultSnapshotParallelism is snapshot.parallelism's default: what wins
@@ -127,7 +144,7 @@ func (c *Config) FallbackOn() bool { return c.Fallback.Enabled == nil || *c.Fall
 
 // FallbackSettings builds the catch-up config.
 func (c *Config) FallbackSettings() fallback.Config {
-	fc := fallback.Config{Source: c.Source.Name, Lookback: c.Fallback.Lookback, ChunkRows: c.Fallback.ChunkRows,
+	fc := fallback.Config{Source: c.Source.Name, Lookback: c.Fallback.Lookback, ChunkRows: c.Fallback.ChunkRows, ProgressEvery: c.snapshotProgressEvery(),
 		FutureTolerance: c.Fallback.FutureTolerance, Tables: map[string]fallback.TableConfig{}}
 	for k, t := range c.Fallback.Tables {
 		fc.Tables[k] = fallback.TableConfig{Column: t.Column, Lookback: t.Lookback, DeleteDetection: t.DeleteDetection}
@@ -481,6 +498,9 @@ func (c *Config) Validate() error {
 	}
 	if n := c.Snapshot.Parallelism; n < 0 || n > MaxSnapshotParallelism {
 		errs = append(errs, fmt.Errorf("config: snapshot.parallelism: must be between 1 and %d (0 or unset: %d), got %d", MaxSnapshotParallelism, DefaultSnapshotParallelism, n))
+	}
+	if d := c.Snapshot.ProgressEvery; d < 0 || d > time.Hour {
+		errs = append(errs, fmt.Errorf("config: snapshot.progress_every: must be between 1ns and 1h (0 or unset: %s), got %s", DefaultSnapshotProgressEvery, d))
 	}
 	switch c.Log.Level {
 	case "", "debug", "info", "warn", "error":

@@ -79,6 +79,8 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"bad business key", strings.Replace(goodConfig, "shop.orders:", "orders:", 1), "business_keys"},
 		{"negative snapshot parallelism", goodConfig + "snapshot:\n  parallelism: -1\n", "config: snapshot.parallelism: must be between 1 and 64"},
 		{"too many snapshot readers", goodConfig + "snapshot:\n  parallelism: 65\n", "config: snapshot.parallelism: must be between 1 and 64"},
+		{"negative snapshot progress interval", goodConfig + "snapshot:\n  progress_every: -1s\n", "config: snapshot.progress_every: must be between 1ns and 1h"},
+		{"snapshot progress interval too long", goodConfig + "snapshot:\n  progress_every: 2h\n", "config: snapshot.progress_every: must be between 1ns and 1h"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -159,6 +159,7 @@ func codeDefaults(t *testing.T) map[string]any {
 		"dedupe.max_keys":                     dedupe.DefaultMaxKeys,
 		"fallback.enabled":                    cfg.FallbackOn(),
 		"snapshot.parallelism":                cfg.snapshotParallelism(),
+		"snapshot.progress_every":             cfg.snapshotProgressEvery(),
 		"metrics.listen":                      m.Listen,
 		"verify.chunk_rows":                   verify.DefaultChunkRows,
 		"verify.examples":                     verify.DefaultExamples,

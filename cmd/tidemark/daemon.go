@@ -402,6 +402,7 @@ func (d *daemon) pipelineConfig(cfg *Config, log *slog.Logger, onApply func(*tid
 	pc := tidemark.PipelineConfig{
 		Source: cfg.Source.Name, MaxBatchChanges: cfg.Batch.MaxChanges, MaxBatchBytes: cfg.Batch.MaxBytes,
 		MaxDelay: cfg.Batch.MaxDelay, FlushWhenIdle: cfg.Batch.flushWhenIdle(), Logger: log.With("component", "pipeline"), OnApply: onApply,
+		SnapshotProgressEvery: cfg.snapshotProgressEvery(),
 		OnTableState: func(st tidemark.TableState) {
 			if d.onTableState != nil {
 				d.onTableState(st)
