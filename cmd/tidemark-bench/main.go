@@ -853,3 +853,41 @@ func verifyRun(bin string, env harness.Env, source, table string, rows int) (res
 	}
 	return result{name: "V tidemark verify, " + table, rows: rows, took: took, extra: "exit 0 (equal)"}, nil
 }
+
+// quiescePG makes each timed load of a bench start from the same quiet
+// PostgreSQL, whichever load came before it: the tables in schemas named
+// prefix… that earlier loads wrote are left out of autovacuum (their
+// vacuum and analyze would otherwise run during the next load, at a point
+// autovacuum_naptime decides), a CHECKPOINT writes out their dirty
+// buffers, and an autovacuum worker still running is waited for (up to a
+// minute). Before, the tool timed last in a run (tidemark) shared
+// PostgreSQL with the background work of the three loads before it.
+func quiescePG(ctx context.Context, pg *pgx.Conn, prefix string) error {
+	rows, err := pg.Query(ctx, `SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relkind IN ('r', 'p') AND starts_with(n.nspname, $1) AND NOT 'autovacuum_enabled=false' = ANY (coalesce(c.reloptions, '{}'))`, prefix)
+	if err != nil {
+		return fmt.Errorf("quiesce postgres: list tables: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("quiesce postgres: list tables: %w", err)
+	}
+	for _, name := range names {
+		if _, err := pg.Exec(ctx, "ALTER TABLE "+name+" SET (autovacuum_enabled = false)"); err != nil {
+			return fmt.Errorf("quiesce postgres: %s: %w", name, err)
+		}
+	}
+	if _, err := pg.Exec(ctx, "CHECKPOINT"); err != nil {
+		return fmt.Errorf("quiesce postgres: checkpoint: %w", err)
+	}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		var n int
+		if err := pg.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'").Scan(&n); err != nil {
+			return fmt.Errorf("quiesce postgres: autovacuum workers: %w", err)
+		}
+		if n == 0 {
+			return nil
+		}
+	}
+	return nil
+}

@@ -162,6 +162,9 @@ func benchPeers(ctx context.Context, o options) (peersSummary, error) {
 		var r peerRun
 		pgSchema, tmSource := fmt.Sprintf("peers_pgloader_%d", i), fmt.Sprintf("peers_tidemark_%d", i)
 		fmt.Fprintf(os.Stderr, "== [%d] pgloader\n", i)
+		if err := quiescePG(ctx, pg, "peers_"); err != nil {
+			return sum, err
+		}
 		if r.pgloader, r.pgloaderRSS, err = runPgloader(pgSchema, ""); err != nil {
 			return sum, err
 		}
@@ -169,6 +172,9 @@ func benchPeers(ctx context.Context, o options) (peersSummary, error) {
 		fmt.Fprintf(os.Stderr, "== [%d] pg_chameleon init_replica\n", i)
 		ch, err := newChameleon(env, chSchema)
 		if err != nil {
+			return sum, err
+		}
+		if err := quiescePG(ctx, pg, "peers_"); err != nil {
 			return sum, err
 		}
 		if r.chameleon, r.chameleonRSS, err = ch.initReplica(); err != nil {
@@ -180,10 +186,16 @@ func benchPeers(ctx context.Context, o options) (peersSummary, error) {
 		if _, err := pg.Exec(ctx, "DROP SCHEMA IF EXISTS peers_ceiling CASCADE"); err != nil {
 			return sum, err
 		}
+		if err := quiescePG(ctx, pg, "peers_"); err != nil {
+			return sum, err
+		}
 		if r.ceiling, err = copyCeiling(ctx, pg, "peers_ceiling", rows); err != nil {
 			return sum, err
 		}
 		fmt.Fprintf(os.Stderr, "== [%d] tidemark first-run snapshot (tidemark catchup, no checkpoint)\n", i)
+		if err := quiescePG(ctx, pg, "peers_"); err != nil {
+			return sum, err
+		}
 		if r.tidemark, r.tidemarkRSS, err = runTidemark(tmSource); err != nil {
 			return sum, err
 		}
@@ -317,7 +329,7 @@ func benchPeers(ctx context.Context, o options) (peersSummary, error) {
 	if rows != 1000000 {
 		section = fmt.Sprintf("peers-%d", rows)
 	}
-	return sum, replaceSection(o.out, section, fmt.Sprintf("## Peers: pgloader and pg_chameleon versus tidemark's first-run snapshot, %d rows (`make bench-peers`, %s)\n\n%d-row table (BIGINT PK, DECIMAL(12,2), VARCHAR(64) with some non-ASCII names, DATETIME(6) written in %s, TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6), JSON), loaded by each tool into its own PostgreSQL schema, back to back in each run (pg_chameleon 2.0 from PyPI in a venv under .data/, its `init_replica`); the copies of run 1 checked with `tidemark verify`. Peak RSS: VmHWM of pgloader and of tidemark; for pg_chameleon (runuser, then python) the largest sum of VmRSS over its process tree, sampled every 50 ms.%s %s\n\n```\n%s```\n",
+	return sum, replaceSection(o.out, section, fmt.Sprintf("## Peers: pgloader and pg_chameleon versus tidemark's first-run snapshot, %d rows (`make bench-peers`, %s)\n\n%d-row table (BIGINT PK, DECIMAL(12,2), VARCHAR(64) with some non-ASCII names, DATETIME(6) written in %s, TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6), JSON), loaded by each tool into its own PostgreSQL schema, back to back in each run (pg_chameleon 2.0 from PyPI in a venv under .data/, its `init_replica`), each after the same quiet point (the earlier loads' tables out of autovacuum, a CHECKPOINT, no autovacuum worker running); the copies of run 1 checked with `tidemark verify`. Peak RSS: VmHWM of pgloader and of tidemark; for pg_chameleon (runuser, then python) the largest sum of VmRSS over its process tree, sampled every 50 ms.%s %s\n\n```\n%s```\n",
 		rows, time.Now().UTC().Format("2006-01-02 15:04 UTC"), rows, zone, drainNote, machine(), b.String()))
 }
 

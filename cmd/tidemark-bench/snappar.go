@@ -75,7 +75,13 @@ func benchSnapshotParallel(ctx context.Context, o options) (map[int][]float64, e
 			if _, err := pg.Exec(ctx, "DROP SCHEMA IF EXISTS snappar_ceiling CASCADE"); err != nil {
 				return nil, err
 			}
+			if err := quiescePG(ctx, pg, "snappar_"); err != nil {
+				return nil, err
+			}
 			if r.ceiling, err = copyCeiling(ctx, pg, "snappar_ceiling", rows); err != nil {
+				return nil, err
+			}
+			if err := quiescePG(ctx, pg, "snappar_"); err != nil {
 				return nil, err
 			}
 			source := fmt.Sprintf("snappar_p%d_%d", par, i)
@@ -122,6 +128,6 @@ func benchSnapshotParallel(ctx context.Context, o options) (map[int][]float64, e
 	if o.out == "" {
 		return ratios, nil
 	}
-	return ratios, replaceSection(o.out, "snapshot-parallel", fmt.Sprintf("## Parallel snapshot: first-run snapshot ÷ one COPY stream (`make bench-snapshot`, %s)\n\n%d-row peers table (as in `make bench-peers`), `tidemark catchup` without a checkpoint (the first-run snapshot of `tidemark run`) at each `snapshot.parallelism`, each right after the COPY ceiling (one pgx CopyFrom of rows of the same shape into a fresh table) measured in the same run; runs interleave the parallelisms. %s\n\n```\n%s```\n",
+	return ratios, replaceSection(o.out, "snapshot-parallel", fmt.Sprintf("## Parallel snapshot: first-run snapshot ÷ one COPY stream (`make bench-snapshot`, %s)\n\n%d-row peers table (as in `make bench-peers`), `tidemark catchup` without a checkpoint (the first-run snapshot of `tidemark run`) at each `snapshot.parallelism`, each right after the COPY ceiling (one pgx CopyFrom of rows of the same shape into a fresh table) measured in the same run, each after a CHECKPOINT with no autovacuum worker running; runs interleave the parallelisms. %s\n\n```\n%s```\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), rows, machine(), b.String()))
 }
