@@ -291,6 +291,12 @@ func drainPeers(ctx context.Context, sv *services, bin string, run int, check bo
 	if drained(ctx) {
 		return r, fmt.Errorf("drain %d: pg_chameleon's initial copy %s already holds the backlog's last change (%s): the drain would time nothing", run, chSchema, mark)
 	}
+	// Each drain from the same quiet PostgreSQL: the two initial copies'
+	// tables (and then pg_chameleon's drain's updates) are not vacuumed,
+	// analyzed or written out during the other's drain (quiescePG).
+	if err := quiescePG(ctx, sv.pg, "peers_"); err != nil {
+		return r, err
+	}
 	fmt.Fprintln(os.Stderr, "== drain: pg_chameleon start_replica")
 	r.chameleon, err = ch.drain(ctx, drained)
 	if err != nil {
@@ -299,6 +305,9 @@ func drainPeers(ctx context.Context, sv *services, bin string, run int, check bo
 	fmt.Fprintln(os.Stderr, "== drain: tidemark run")
 	cfg, err := writeConfigDB(sv.env, tmSource, peersDB, "t", tidemark.Position{})
 	if err != nil {
+		return r, err
+	}
+	if err := quiescePG(ctx, sv.pg, "peers_"); err != nil {
 		return r, err
 	}
 	defer os.Remove(cfg)

@@ -321,7 +321,7 @@ func benchPeers(ctx context.Context, o options) (peersSummary, error) {
 	if o.out == "" {
 		return sum, nil
 	}
-	drainNote := fmt.Sprintf(" Then, %d times: pg_chameleon's `start_replica` and `tidemark run` drain the same backlog of changes written after their initial copies (run 1's copies checked with `tidemark verify`).", o.drainRuns)
+	drainNote := fmt.Sprintf(" Then, %d times: pg_chameleon's `start_replica` and `tidemark run` drain the same backlog of changes written after their initial copies, each from the same quiet PostgreSQL (run 1's copies checked with `tidemark verify`).", o.drainRuns)
 	if o.drainRuns == 0 {
 		drainNote = " No streaming drain in this run."
 	}
