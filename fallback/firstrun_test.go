@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"tidemark"
 )
@@ -39,6 +40,21 @@ func firstRunSource(t *testing.T) (src *fakeSource, captures *int, reqs *[]tidem
 	}, captures, reqs
 }
 
+// killedAtSecondChunk is a first-run target whose apply of the second
+// chunk fails with killed, as a kill would stop the run there.
+func killedAtSecondChunk() (tgt *fakeTarget, killed error) {
+	applies := 0
+	killed = errors.New("killed")
+	return &fakeTarget{firstRun: true, apply: func(b *tidemark.Batch) error {
+		if len(b.Changes) > 0 {
+			if applies++; applies == 2 {
+				return killed
+			}
+		}
+		return nil
+	}}, killed
+}
+
 // TestFirstRunResumesWithItsCapture: a first run that stops after its
 // first chunk (the apply of the second fails, as a kill would stop it)
 // leaves its progress recorded; the next first run takes no new capture,
@@ -48,16 +64,7 @@ func firstRunSource(t *testing.T) (src *fakeSource, captures *int, reqs *[]tidem
 func TestFirstRunResumesWithItsCapture(t *testing.T) {
 	src, captures, reqs := firstRunSource(t)
 	ctx := context.Background()
-	applies := 0
-	killed := errors.New("killed")
-	tgt := &fakeTarget{firstRun: true, apply: func(b *tidemark.Batch) error {
-		if len(b.Changes) > 0 {
-			if applies++; applies == 2 {
-				return killed
-			}
-		}
-		return nil
-	}}
+	tgt, killed := killedAtSecondChunk()
 	c, err := New(Config{Source: "s", ChunkRows: 2}, src, tgt)
 	if err != nil {
 		t.Fatal(err)
@@ -117,5 +124,34 @@ func TestFirstRunKeepsAResyncRequested(t *testing.T) {
 	}
 	if st := reg.states[tid]; st.Mode != tidemark.TableResyncRequested {
 		t.Fatalf("state after the first run %+v, want the resync requested during it", st)
+	}
+}
+
+// TestFirstRunProgressEvery: Config.ProgressEvery (snapshot.progress_every)
+// spaces the cursor writes. With an hour, a first run stopped after its
+// first chunk has recorded only its begin, and the next run reads the
+// table from its start (with saveEvery 0 and no ProgressEvery, the
+// cursor after the first chunk is recorded: TestFirstRunResumesWithItsCapture).
+func TestFirstRunProgressEvery(t *testing.T) {
+	src, _, reqs := firstRunSource(t)
+	ctx := context.Background()
+	tgt, killed := killedAtSecondChunk()
+	c, err := New(Config{Source: "s", ChunkRows: 2, ProgressEvery: time.Hour}, src, tgt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := &fakeRegistry{states: map[tidemark.TableID]tidemark.TableState{}}
+	if _, err := c.RunStreaming(ctx, noIndexes{}, reg, tgt); !errors.Is(err, killed) {
+		t.Fatalf("first run: %v, want the apply's failure", err)
+	}
+	if st := reg.states[tid]; st.Mode != tidemark.TableSnapshotting || st.Cursor == "" {
+		t.Fatalf("recorded after the interruption: %+v, want the begin", st)
+	}
+	*reqs, tgt.apply = nil, nil
+	if _, err := c.RunStreaming(ctx, noIndexes{}, reg, tgt); err != nil {
+		t.Fatal(err)
+	}
+	if r := *reqs; len(r) == 0 || r[0].After != nil {
+		t.Fatalf("the resumed run read after a cursor written within progress_every of the begin: %+v", *reqs)
 	}
 }
