@@ -95,8 +95,9 @@ type Config struct {
 	// applied (default 2).
 	ReadAhead int
 	// ProgressEvery is how often a first-run table's range cursors are
-	// recorded at most, besides its begin and its end (default 1s): the
-	// reading a kill -9 mid-snapshot can make the next start redo.
+	// recorded at most, besides its begin and its end (default
+	// tidemark.DefaultSnapshotProgressEvery): the reading a kill -9
+	// mid-snapshot can make the next start redo.
 	ProgressEvery time.Duration
 	// Logger receives progress lines (default discard).
 	Logger *slog.Logger
@@ -248,6 +249,12 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.KeyChunkRows == 0 {
 		cfg.KeyChunkRows = DefaultKeyChunkRows
+	}
+	if cfg.ProgressEvery < 0 {
+		return fmt.Errorf("fallback config: progress_every: must be ≥ 0, got %s", cfg.ProgressEvery)
+	}
+	if cfg.ProgressEvery == 0 {
+		cfg.ProgressEvery = tidemark.DefaultSnapshotProgressEvery
 	}
 	if cfg.FutureTolerance < 0 {
 		return fmt.Errorf("fallback config: future_tolerance: must be ≥ 0, got %s", cfg.FutureTolerance)

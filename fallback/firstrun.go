@@ -21,7 +21,7 @@ import (
 //     run's capture (position, version, source clock), its key columns,
 //     whether a key diff follows its read, its watermark bound and its key
 //     ranges; each range's cursor after the last chunk applied is written
-//     at most once a second (Config.ProgressEvery), and the table is marked done once
+//     at most every Config.ProgressEvery, and the table is marked done once
 //     its read and key diff are in;
 //   - a first run that finds such records resumes with their capture
 //     instead of a new one: tables done are not read again, each range of
@@ -45,11 +45,6 @@ import (
 // another process recorded meanwhile (a tidemark resync asked for during
 // the first run, a quarantine) is kept, and that table's progress is no
 // longer recorded.
-
-// saveEvery is how often a first-run table's range cursors are written at
-// most (besides its begin and its end) when Config.ProgressEvery is not
-// set. A variable for tests (0: after every chunk).
-var saveEvery = tidemark.DefaultSnapshotProgressEvery
 
 // firstRunJSON is a first-run record in TableState.Cursor: the ranges in
 // EncodeRanges' form beside the rest.
@@ -133,7 +128,7 @@ type firstRun struct {
 		Warn(msg string, args ...any)
 	}
 	snap tidemark.Snapshot
-	// every is Config.ProgressEvery (0: saveEvery).
+	// every is Config.ProgressEvery.
 	every time.Duration
 	// resumed: snap is an interrupted first run's capture.
 	resumed bool
@@ -317,11 +312,7 @@ func (p *tableProgress) advance(ctx context.Context, i int, next []any) error {
 	} else {
 		p.ranges[i].After = next
 	}
-	every := p.fr.every
-	if every <= 0 {
-		every = saveEvery
-	}
-	if time.Since(p.savedAt) < every {
+	if time.Since(p.savedAt) < p.fr.every {
 		return nil
 	}
 	return p.save(ctx)

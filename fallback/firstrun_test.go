@@ -11,11 +11,8 @@ import (
 
 // firstRunSource reads tid in chunks of two rows, ids 1 to 6, counting the
 // captures and recording each read; every chunk's progress is recorded
-// (saveEvery 0) until the test ends.
+// (with ProgressEvery everyChunk).
 func firstRunSource(t *testing.T) (src *fakeSource, captures *int, reqs *[]tidemark.ReadRequest) {
-	d := saveEvery
-	t.Cleanup(func() { saveEvery = d })
-	saveEvery = 0
 	captures, reqs = new(int), &[]tidemark.ReadRequest{}
 	return &fakeSource{
 		capture: func() (tidemark.Snapshot, error) {
@@ -39,6 +36,9 @@ func firstRunSource(t *testing.T) (src *fakeSource, captures *int, reqs *[]tidem
 		},
 	}, captures, reqs
 }
+
+// everyChunk is a Config.ProgressEvery that records every chunk's cursor.
+const everyChunk = time.Nanosecond
 
 // killedAtSecondChunk is a first-run target whose apply of the second
 // chunk fails with killed, as a kill would stop the run there.
@@ -65,7 +65,7 @@ func TestFirstRunResumesWithItsCapture(t *testing.T) {
 	src, captures, reqs := firstRunSource(t)
 	ctx := context.Background()
 	tgt, killed := killedAtSecondChunk()
-	c, err := New(Config{Source: "s", ChunkRows: 2}, src, tgt)
+	c, err := New(Config{Source: "s", ChunkRows: 2, ProgressEvery: everyChunk}, src, tgt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestFirstRunKeepsAResyncRequested(t *testing.T) {
 		}
 		return nil
 	}}
-	c, err := New(Config{Source: "s", ChunkRows: 2}, src, tgt)
+	c, err := New(Config{Source: "s", ChunkRows: 2, ProgressEvery: everyChunk}, src, tgt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,8 +130,8 @@ func TestFirstRunKeepsAResyncRequested(t *testing.T) {
 // TestFirstRunProgressEvery: Config.ProgressEvery (snapshot.progress_every)
 // spaces the cursor writes. With an hour, a first run stopped after its
 // first chunk has recorded only its begin, and the next run reads the
-// table from its start (with saveEvery 0 and no ProgressEvery, the
-// cursor after the first chunk is recorded: TestFirstRunResumesWithItsCapture).
+// table from its start (with everyChunk, the cursor after the first
+// chunk is recorded: TestFirstRunResumesWithItsCapture).
 func TestFirstRunProgressEvery(t *testing.T) {
 	src, _, reqs := firstRunSource(t)
 	ctx := context.Background()

@@ -99,19 +99,16 @@ type SnapshotConfig struct {
 	Parallelism int `yaml:"parallelism"`
 	// ProgressEvery is how often a snapshot (a first run's, one beside the
 	// stream) records each table's range cursors at most (default
-	// DefaultSnapshotProgressEvery):
-	// the reading a kill -9 mid-snapshot can make the next start redo,
-	// against one control-table write per table per interval.
+	// tidemark.DefaultSnapshotProgressEvery): the reading a kill -9
+	// mid-snapshot can make the next start redo, against one
+	// control-table write per table per interval.
 	ProgressEvery time.Duration `yaml:"progress_every"`
 }
-
-// DefaultSnapshotProgressEvery is snapshot.progress_every's default.
-const DefaultSnapshotProgressEvery = tidemark.DefaultSnapshotProgressEvery
 
 // snapshotProgressEvery is snapshot.progress_every with its default.
 func (c *Config) snapshotProgressEvery() time.Duration {
 	if c.Snapshot.ProgressEvery == 0 {
-		return DefaultSnapshotProgressEvery
+		return tidemark.DefaultSnapshotProgressEvery
 	}
 	return c.Snapshot.ProgressEvery
 }
@@ -500,7 +497,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("config: snapshot.parallelism: must be between 1 and %d (0 or unset: %d), got %d", MaxSnapshotParallelism, DefaultSnapshotParallelism, n))
 	}
 	if d := c.Snapshot.ProgressEvery; d < 0 || d > time.Hour {
-		errs = append(errs, fmt.Errorf("config: snapshot.progress_every: must be between 1ns and 1h (0 or unset: %s), got %s", DefaultSnapshotProgressEvery, d))
+		errs = append(errs, fmt.Errorf("config: snapshot.progress_every: must be between 1ns and 1h (0 or unset: %s), got %s", tidemark.DefaultSnapshotProgressEvery, d))
 	}
 	switch c.Log.Level {
 	case "", "debug", "info", "warn", "error":
