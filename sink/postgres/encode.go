@@ -1,9 +1,9 @@
 package postgres
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -248,38 +248,94 @@ type copyRow struct {
 
 // stageStream returns the COPY stream of the staging table: (_tm_op,
 // columns…, _tm_seq, _tm_idx, _tm_commit_time).
-func (r *copyRows) stageStream(ncols int) *bytes.Reader {
-	out := make([]byte, 0, len(copyHeader)+len(r.buf)+len(r.rows)*8+2)
-	out = append(out, copyHeader...)
-	for _, row := range r.rows {
-		out = binary.BigEndian.AppendUint16(out, uint16(ncols+4))
-		out = appendText(out, row.op)
-		out = append(out, r.buf[row.start:row.end]...)
-	}
-	return bytes.NewReader(append(out, copyTrailer...))
+func (r *copyRows) stageStream(ncols int) *copyStream {
+	return &copyStream{rows: r, fields: uint16(ncols + 4), op: true}
 }
 
 // directStream returns the COPY stream of the target table for the direct
 // insert path: (columns…, _tm_seq, _tm_idx, _tm_commit_time, _tm_loaded_at
 // [, _tm_deleted, _tm_deleted_at]).
-func (r *copyRows) directStream(ncols int, loadedAt time.Time, soft bool) *bytes.Reader {
+func (r *copyRows) directStream(ncols int, loadedAt time.Time, soft bool) *copyStream {
 	fields := ncols + 4
+	suffix := appendTimestamptz(nil, loadedAt)
 	if soft {
 		fields += 2
+		suffix = binary.BigEndian.AppendUint32(suffix, 1)
+		suffix = append(suffix, 0) // _tm_deleted false
+		suffix = appendNull(suffix)
 	}
-	out := make([]byte, 0, len(copyHeader)+len(r.buf)+len(r.rows)*24+2)
-	out = append(out, copyHeader...)
-	for _, row := range r.rows {
-		out = binary.BigEndian.AppendUint16(out, uint16(fields))
-		out = append(out, r.buf[row.start:row.end]...)
-		out = appendTimestamptz(out, loadedAt)
-		if soft {
-			out = binary.BigEndian.AppendUint32(out, 1)
-			out = append(out, 0) // _tm_deleted false
-			out = appendNull(out)
+	return &copyStream{rows: r, fields: uint16(fields), suffix: suffix}
+}
+
+// copyStream is a binary COPY stream of a group's rows, produced as
+// pgconn reads it: each row is its field count (and op, for the staging
+// table), its span of the encoded fields, and a suffix shared by all rows.
+// Nothing of the size of the whole stream is built: the rows' bytes are
+// copied once, from the group's buffer into pgconn's.
+type copyStream struct {
+	rows   *copyRows
+	fields uint16
+	op     bool   // each row starts with its _tm_op (the staging table)
+	suffix []byte // after each row's span
+
+	state   int    // 0 header, 1 rows, 2 trailer, 3 end
+	next    int    // the next row
+	part    int    // the current row's next piece: 1 span, 2 suffix, 3 none
+	pending []byte // bytes of the current piece not yet read
+	prefix  []byte // the current row's field count (and op)
+}
+
+// Read implements io.Reader.
+func (s *copyStream) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	n := 0
+	for n < len(p) {
+		if len(s.pending) == 0 && !s.advance() {
+			break
 		}
+		c := copy(p[n:], s.pending)
+		s.pending = s.pending[c:]
+		n += c
 	}
-	return bytes.NewReader(append(out, copyTrailer...))
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// advance makes the stream's next piece pending; false at its end.
+func (s *copyStream) advance() bool {
+	switch s.state {
+	case 0:
+		s.state, s.part = 1, 3
+		s.pending = copyHeader
+		return true
+	case 1:
+		r := s.rows
+		switch {
+		case s.part == 1:
+			row := r.rows[s.next-1]
+			s.part, s.pending = 2, r.buf[row.start:row.end]
+		case s.part == 2 && len(s.suffix) > 0:
+			s.part, s.pending = 3, s.suffix
+		case s.next < len(r.rows):
+			row := r.rows[s.next]
+			s.next++
+			s.prefix = binary.BigEndian.AppendUint16(s.prefix[:0], s.fields)
+			if s.op {
+				s.prefix = appendText(s.prefix, row.op)
+			}
+			s.part, s.pending = 1, s.prefix
+		default:
+			s.state, s.pending = 2, copyTrailer
+		}
+		return true
+	case 2:
+		s.state = 3
+	}
+	return false
 }
 
 // copySQL is a COPY … FROM STDIN in binary format into table (quoted) and

@@ -3,9 +3,11 @@ package postgres
 import (
 	"bytes"
 	"encoding/binary"
+	"io"
 	"math"
 	"math/big"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -125,3 +127,75 @@ func TestJSONHasNUL(t *testing.T) {
 		}
 	}
 }
+
+// TestCopyStreams: the streams pgconn reads are, byte for byte, the binary
+// COPY format of the group's rows (header; per row its field count, the op
+// for the staging table, its encoded span, the direct path's suffix;
+// trailer), whatever sizes the reads ask for; an empty group is a header
+// and a trailer.
+func TestCopyStreams(t *testing.T) {
+	var r copyRows
+	ops := []string{"i", "u", "d"}
+	for i, v := range []string{"alpha", "", "a longer value of the third row"} {
+		start := len(r.buf)
+		r.buf = appendText(r.buf, v)
+		r.buf = binary.BigEndian.AppendUint32(r.buf, uint32(i))
+		r.rows = append(r.rows, copyRow{op: ops[i], start: start, end: len(r.buf)})
+	}
+	loaded := time.Date(2026, 12, 4, 21, 0, 0, 123456000, time.UTC)
+	stage := func(r *copyRows, fields int) []byte {
+		out := append([]byte(nil), copyHeader...)
+		for _, row := range r.rows {
+			out = binary.BigEndian.AppendUint16(out, uint16(fields))
+			out = appendText(out, row.op)
+			out = append(out, r.buf[row.start:row.end]...)
+		}
+		return append(out, copyTrailer...)
+	}
+	direct := func(r *copyRows, fields int, soft bool) []byte {
+		out := append([]byte(nil), copyHeader...)
+		for _, row := range r.rows {
+			out = binary.BigEndian.AppendUint16(out, uint16(fields))
+			out = append(out, r.buf[row.start:row.end]...)
+			out = appendTimestamptz(out, loaded)
+			if soft {
+				out = append(out, 0, 0, 0, 1, 0)
+				out = append(out, 0xff, 0xff, 0xff, 0xff)
+			}
+		}
+		return append(out, copyTrailer...)
+	}
+	for _, g := range []struct {
+		name string
+		rows *copyRows
+	}{{"three rows", &r}, {"no rows", &copyRows{}}} {
+		cases := []struct {
+			name string
+			s    func() io.Reader
+			want []byte
+		}{
+			{"staged", func() io.Reader { return g.rows.stageStream(2) }, stage(g.rows, 6)},
+			{"direct", func() io.Reader { return g.rows.directStream(2, loaded, false) }, direct(g.rows, 6, false)},
+			{"direct soft", func() io.Reader { return g.rows.directStream(2, loaded, true) }, direct(g.rows, 8, true)},
+		}
+		for _, c := range cases {
+			if err := iotest.TestReader(c.s(), c.want); err != nil {
+				t.Errorf("%s, %s: %v", g.name, c.name, err)
+			}
+			for _, size := range []int{1, 3, 7, 64 << 10} {
+				got, err := io.ReadAll(io.LimitReader(readSized{c.s(), size}, 1<<20))
+				if err != nil || !bytes.Equal(got, c.want) {
+					t.Errorf("%s, %s, reads of %d bytes: got %x (%v), want %x", g.name, c.name, size, got, err, c.want)
+				}
+			}
+		}
+	}
+}
+
+// readSized reads at most size bytes per Read.
+type readSized struct {
+	r    io.Reader
+	size int
+}
+
+func (s readSized) Read(p []byte) (int, error) { return s.r.Read(p[:min(len(p), s.size)]) }
