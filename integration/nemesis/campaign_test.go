@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,6 +48,9 @@ type result struct {
 	failure     string
 }
 
+// window is a span of wall-clock time.
+type window struct{ from, to time.Time }
+
 type campaign struct {
 	t      *testing.T
 	seed   uint64
@@ -75,10 +79,17 @@ type campaign struct {
 	// startOverAt is the index in procs of the first process started
 	// after a checkpoint_delete (0: none), which replays the history.
 	startOverAt int
-	// resyncedHere counts the resync commands that found the source's
-	// lock free and did the work themselves (ddl_test.go): a daemon
-	// whose lock session had just ended is fenced by them.
-	resyncedHere int
+	// resyncedHere are the runs (start to end) of the resync commands
+	// that found the source's lock free and did the work themselves
+	// (ddl_test.go): a daemon whose lock session had just ended is
+	// fenced by them while they hold the lock.
+	resyncedHere []window
+	// cmds are the commands runCmd ran (a resync, a verify…), each with
+	// its start, end, exit code and output: report writes them to
+	// cmds.log (soak seed 787796038735 stopped on a lock a command's
+	// session held, and what that command printed was lost).
+	cmdsMu sync.Mutex
+	cmds   []string
 	// the campaign's current processes
 	tailer, standby *proc
 	appliers        []*proc

@@ -130,13 +130,15 @@ func (c *campaign) ddl() {
 			if c.dry {
 				return
 			}
+			from := time.Now()
 			code, out := c.runCmd(3*time.Minute, "resync", "--config", c.cfg, "--table", c.db+"."+tb.name, "--wait", "150s")
-			if strings.Contains(out, "resynced in this process") {
-				// The lock was free (a lock_session_kill had just ended
-				// the daemon's session): the command took it and
-				// resynced itself, fencing the daemon (judge:
-				// restartLockTakeovers). Read after done.
-				c.resyncedHere++
+			if strings.Contains(out, "resynced in this process") || strings.Contains(out, "resync failed; the table stays out of streaming") {
+				// The lock was free (a lock_session_kill or a
+				// PostgreSQL restart had just ended the daemon's
+				// session): the command took it and resynced itself
+				// (or failed to), fencing the daemon while it held it
+				// (judge: restartLockTakeovers). Read after done.
+				c.resyncedHere = append(c.resyncedHere, window{from, time.Now()})
 			}
 			if code != 0 {
 				done <- fmt.Sprintf("exit %d: %s", code, tail(out, 10))

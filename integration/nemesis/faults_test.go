@@ -312,11 +312,34 @@ func (c *campaign) restartStopped(fault, why string, documented func(p *proc, li
 // equal, with the daemon running again. Only while no other `run` runs (a
 // standby that took over is handedOverTo's).
 func (c *campaign) restartLockTakeovers() {
-	if c.dry || c.resyncedHere == 0 {
+	if c.dry || len(c.resyncedHere) == 0 {
 		return
 	}
 	c.restartStopped("lock_taken_by_resync", "stopped because a tidemark resync took the free source lock and resynced itself (documented; started again, as a supervisor would)",
 		func(p *proc, line string) bool {
-			return lockHandover.MatchString(line) && handedOverTo(p, c.procs) == nil
+			return lockHandover.MatchString(line) && handedOverTo(p, c.procs) == nil && stoppedDuring(line, c.resyncedHere)
 		})
+}
+
+// logTime is the time= field of a log line.
+var logTime = regexp.MustCompile(`\btime=(\S+)`)
+
+// stoppedDuring says whether log line (a process's stop) was written while
+// one of the windows ran, or in the few seconds after its end that the
+// stopping process takes to log it. A line without a time is not.
+func stoppedDuring(line string, ws []window) bool {
+	m := logTime.FindStringSubmatch(line)
+	if m == nil {
+		return false
+	}
+	at, err := time.Parse(time.RFC3339Nano, m[1])
+	if err != nil {
+		return false
+	}
+	for _, w := range ws {
+		if !at.Before(w.from) && !at.After(w.to.Add(5*time.Second)) {
+			return true
+		}
+	}
+	return false
 }

@@ -2,6 +2,7 @@ package nemesis
 
 import (
 	"testing"
+	"time"
 
 	"tidemark/integration/harness"
 )
@@ -41,6 +42,36 @@ func TestJudgeAcceptsLockHandover(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("%s: handed over to %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestJudgeTimesLockTakeoverByResync: a `run` that stopped on a lost lock
+// is excused as taken over by a resync that ran here only when its stop
+// was logged while that resync ran (or just after); before it, long after
+// it, or with no time on the line, it is a finding.
+func TestJudgeTimesLockTakeoverByResync(t *testing.T) {
+	at := time.Date(2026, 12, 4, 21, 44, 0, 0, time.UTC)
+	ws := []window{{at, at.Add(2 * time.Second)}}
+	line := func(d time.Duration) string {
+		return "time=" + at.Add(d).Format(time.RFC3339Nano) + ` level=ERROR msg="pipeline stopped" err="commit for source s: lost the source lock: another session holds it now"`
+	}
+	for _, tc := range []struct {
+		name string
+		line string
+		want bool
+	}{
+		{"during", line(564 * time.Millisecond), true},
+		{"just after", line(4 * time.Second), true},
+		{"before", line(-time.Second), false},
+		{"long after", line(30 * time.Second), false},
+		{"no time", `level=ERROR msg="pipeline stopped" err="lost the source lock"`, false},
+	} {
+		if got := stoppedDuring(tc.line, ws); got != tc.want {
+			t.Errorf("%s: stoppedDuring = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if stoppedDuring(line(time.Second), nil) {
+		t.Error("no resync ran here: stoppedDuring = true")
 	}
 }
 

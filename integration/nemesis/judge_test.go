@@ -115,6 +115,14 @@ func (c *campaign) judge() {
 	deadline := start.Add(settleFor)
 	moved, movedAt := c.applied(), start
 	extended := false
+	// Once before the first comparison too: a target already equal (or
+	// its tables all quarantined, as the draws allow) skips the loop, and
+	// a documented stop (a resync that took the free lock, a partition
+	// stop) was then judged a stop by itself (soak seed 787796038735: t0
+	// and t1 quarantined, the tailer stopped on the lock a resync had
+	// taken, never restarted).
+	c.restartPartitionStops()
+	c.restartLockTakeovers()
 	for !settled() && time.Now().Before(deadline) {
 		c.restartPartitionStops()
 		c.restartLockTakeovers()
@@ -428,6 +436,9 @@ func (c *campaign) report() {
 	for i, p := range c.procs {
 		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%02d-%s.log", i, strings.ReplaceAll(p.role, " ", ""))), []byte(p.log.String()), 0o644)
 	}
+	c.cmdsMu.Lock()
+	_ = os.WriteFile(filepath.Join(dir, "cmds.log"), []byte(strings.Join(c.cmds, "\n")), 0o644)
+	c.cmdsMu.Unlock()
 	for _, p := range []*proc{c.tailer, c.standby} {
 		if p != nil {
 			fmt.Fprintf(&b, "--- %s (last lines):\n%s\n", p.role, tail(p.log.String(), 12))

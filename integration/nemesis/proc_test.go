@@ -114,11 +114,20 @@ func (c *campaign) runCmd(timeout time.Duration, args ...string) (int, string) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binPath, args...)
 	cmd.Env = append(os.Environ(), "NM_MYSQL_PASSWORD="+c.env.MySQLPassword, "NM_PG_DSN="+c.env.PGDSN)
+	start := time.Now()
 	out, err := cmd.CombinedOutput()
+	code := -1
+	if cmd.ProcessState != nil {
+		code = cmd.ProcessState.ExitCode()
+	}
+	c.cmdsMu.Lock()
+	c.cmds = append(c.cmds, fmt.Sprintf("=== %s (%s → %s, exit %d)\n%s", strings.Join(args, " "),
+		start.UTC().Format("15:04:05.000"), time.Now().UTC().Format("15:04:05.000"), code, out))
+	c.cmdsMu.Unlock()
 	if err != nil && cmd.ProcessState == nil {
 		return -1, fmt.Sprintf("%s: %v", strings.Join(args, " "), err)
 	}
-	return cmd.ProcessState.ExitCode(), string(out)
+	return code, string(out)
 }
 
 func tail(s string, n int) string {
