@@ -13,7 +13,7 @@ SERVICES := scripts/services.sh
 # Exports TIDEMARK_TEST_* for the running local services; use on the same recipe line.
 WITH_ENV := eval "$$($(SERVICES) env)"
 
-.PHONY: build services test test-unit test-e2e staticcheck test-reliability test-long nemesis soak fmt-check tidy-check vet demo bench bench-fallback bench-peers bench-snapshot bench-beside bench-25 bench-apply peer-tools down status clean
+.PHONY: build services test test-unit test-e2e staticcheck test-reliability test-long nemesis soak fmt-check tidy-check vet demo bench bench-fallback bench-peers bench-snapshot bench-pg-shapes bench-beside bench-25 bench-apply peer-tools down status clean
 
 build:
 	go build -ldflags "-X main.version=$$(git describe --tags --always --dirty 2>/dev/null || echo dev) -X main.commit=$$(git rev-parse HEAD 2>/dev/null)" -o bin/tidemark ./cmd/tidemark
@@ -130,6 +130,12 @@ peer-tools:
 SNAP_ROWS ?= 1000000
 bench-snapshot: services
 	$(WITH_ENV) && go run ./cmd/tidemark-bench -snapshot-parallel $(SNAP_ROWS)
+
+# PostgreSQL's share of the first-run snapshot: tidemark's copy of the SNAP_ROWS-row peers table
+# loaded by one COPY into its target layout and into the peers' (doc text, no _tm_ columns, the
+# key after the load), three interleaved runs; writes its section of docs/PERFORMANCE.md.
+bench-pg-shapes: services
+	$(WITH_ENV) && go run ./cmd/tidemark-bench -pg-shapes $(SNAP_ROWS)
 
 # The lag of a busy small table while a BESIDE_ROWS-row table (5M; 1000000 for a quick run) is
 # snapshotted beside the stream (tidemark resync while tidemark run streams), against the same

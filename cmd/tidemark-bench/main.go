@@ -74,6 +74,7 @@ type options struct {
 	appliers                                           int
 	tailerProfile                                      string
 	snapParRows                                        int
+	pgShapeRows                                        int
 	drainRuns                                          int
 	beside                                             bool
 	besideRows, besideIdle                             int
@@ -110,6 +111,7 @@ func main() {
 	flag.IntVar(&o.appliers, "appliers", 3, "with -apply: measure groups of 1 … this many appliers (0: the tailer only, K/D)")
 	flag.StringVar(&o.tailerProfile, "tailer-profile", "", "with -apply: write CPU, block and mutex profiles of the Kafka tailer to this prefix (PREFIX.cpu.N, PREFIX.block.N, PREFIX.mutex.N for run N)")
 	flag.IntVar(&o.snapParRows, "snapshot-parallel", 0, "instead: the first-run snapshot of a table of this many rows at snapshot.parallelism 1, 2 and 4, each against the COPY ceiling of the same run")
+	flag.IntVar(&o.pgShapeRows, "pg-shapes", 0, "instead: PostgreSQL's share of a first-run snapshot of a table of this many rows: tidemark's copy loaded by one COPY into its target layout and into the peers'")
 	flag.IntVar(&o.drainRuns, "drain-runs", -1, "with -peers: streaming drains of pg_chameleon start_replica and tidemark run (default: -runs; 0: none)")
 	flag.BoolVar(&o.beside, "beside", false, "instead: the lag of a busy small table while a big table (-beside-rows) is snapshotted beside the stream")
 	flag.IntVar(&o.besideRows, "beside-rows", 5000000, "with -beside, -targets25: rows of the big table")
@@ -150,6 +152,13 @@ func main() {
 	}
 	if o.snapParRows > 0 {
 		if _, err := benchSnapshotParallel(context.Background(), o); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if o.pgShapeRows > 0 {
+		if err := benchPGShapes(context.Background(), o); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
