@@ -335,8 +335,7 @@ func drainWithAppliers(ctx context.Context, bin, cfg string, s *services, broker
 	}()
 	t0 := time.Now()
 	for i := 0; i < n; i++ {
-		cmd := exec.Command(bin, "apply", "--config", cfg)
-		cmd.Env = append(os.Environ(), "TM_BENCH_PW="+s.env.MySQLPassword, "TM_BENCH_DSN="+s.env.PGDSN)
+		cmd := tidemarkExec(s.env, bin, "apply", "--config", cfg)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
 			return 0, 0, err

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"sort"
 	"strings"
 	"sync"
@@ -347,8 +346,7 @@ func besideOnce(ctx context.Context, o options, env harness.Env, my *client.Conn
 // tidemarkCmd runs a tidemark command with cfg to its end.
 func tidemarkCmd(bin, cfg string, env harness.Env, args ...string) (string, error) {
 	var out bytes.Buffer
-	cmd := exec.Command(bin, append(args[:1:1], append([]string{"--config", cfg}, args[1:]...)...)...)
-	cmd.Env = append(os.Environ(), "TM_BENCH_PW="+env.MySQLPassword, "TM_BENCH_DSN="+env.PGDSN)
+	cmd := tidemarkExec(env, bin, append(args[:1:1], append([]string{"--config", cfg}, args[1:]...)...)...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	return out.String(), err

@@ -660,6 +660,15 @@ log:
 	return f.Name(), err
 }
 
+// tidemarkExec is the tidemark binary bin run with args, the source
+// password and the target DSN in its environment (the configs writeConfig
+// and writeConfigDB write name them).
+func tidemarkExec(env harness.Env, bin string, args ...string) *exec.Cmd {
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "TM_BENCH_PW="+env.MySQLPassword, "TM_BENCH_DSN="+env.PGDSN)
+	return cmd
+}
+
 // daemon is a running tidemark child process and the watch on its peak RSS.
 type daemon struct {
 	cmd *exec.Cmd
@@ -667,8 +676,7 @@ type daemon struct {
 }
 
 func startDaemon(bin, cfg string, env harness.Env, extra ...string) (*daemon, error) {
-	cmd := exec.Command(bin, append([]string{"run", "--config", cfg}, extra...)...)
-	cmd.Env = append(os.Environ(), "TM_BENCH_PW="+env.MySQLPassword, "TM_BENCH_DSN="+env.PGDSN)
+	cmd := tidemarkExec(env, bin, append([]string{"run", "--config", cfg}, extra...)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -852,8 +860,7 @@ func verifyRun(bin string, env harness.Env, source, table string, rows int) (res
 		return result{}, err
 	}
 	defer os.Remove(cfg)
-	cmd := exec.Command(bin, "verify", "--config", cfg, "--table", benchDB+"."+table)
-	cmd.Env = append(os.Environ(), "TM_BENCH_PW="+env.MySQLPassword, "TM_BENCH_DSN="+env.PGDSN)
+	cmd := tidemarkExec(env, bin, "verify", "--config", cfg, "--table", benchDB+"."+table)
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	took := time.Since(start)

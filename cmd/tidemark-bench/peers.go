@@ -136,8 +136,7 @@ func benchPeers(ctx context.Context, o options) (peersSummary, error) {
 		}
 		defer os.Remove(cfg)
 		var out bytes.Buffer
-		cmd := exec.Command(o.bin, "catchup", "--config", cfg)
-		cmd.Env = append(os.Environ(), "TM_BENCH_PW="+env.MySQLPassword, "TM_BENCH_DSN="+env.PGDSN)
+		cmd := tidemarkExec(env, o.bin, "catchup", "--config", cfg)
 		cmd.Stdout, cmd.Stderr = &out, &out
 		took, rss, err := timeChild(cmd)
 		if err != nil {
@@ -151,8 +150,7 @@ func benchPeers(ctx context.Context, o options) (peersSummary, error) {
 			return "", err
 		}
 		defer os.Remove(cfg)
-		cmd := exec.Command(o.bin, "verify", "--config", cfg, "--examples", "2")
-		cmd.Env = append(os.Environ(), "TM_BENCH_PW="+env.MySQLPassword, "TM_BENCH_DSN="+env.PGDSN)
+		cmd := tidemarkExec(env, o.bin, "verify", "--config", cfg, "--examples", "2")
 		out, err := cmd.Output()
 		return verdictOf(source, out, err)
 	}

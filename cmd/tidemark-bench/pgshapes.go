@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -76,9 +75,7 @@ func benchPGShapes(ctx context.Context, o options) error {
 		return err
 	}
 	defer os.Remove(cfg)
-	cmd := exec.Command(o.bin, "catchup", "--config", cfg)
-	cmd.Env = append(os.Environ(), "TM_BENCH_PW="+env.MySQLPassword, "TM_BENCH_DSN="+env.PGDSN)
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := tidemarkCmd(o.bin, cfg, env, "catchup"); err != nil {
 		return fmt.Errorf("tidemark catchup: %v\n%s", err, out)
 	}
 	src := pgx.Identifier{source, "t"}.Sanitize()

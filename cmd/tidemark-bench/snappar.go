@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -58,12 +56,8 @@ func benchSnapshotParallel(ctx context.Context, o options) (map[int][]float64, e
 			return nil, err
 		}
 		defer os.Remove(cfg)
-		var out bytes.Buffer
-		cmd := exec.Command(o.bin, append(args, "--config", cfg)...)
-		cmd.Env = append(os.Environ(), "TM_BENCH_PW="+env.MySQLPassword, "TM_BENCH_DSN="+env.PGDSN)
-		cmd.Stdout, cmd.Stderr = &out, &out
-		err = cmd.Run()
-		return out.Bytes(), err
+		out, err := tidemarkCmd(o.bin, cfg, env, args...)
+		return []byte(out), err
 	}
 	runs := map[int][]snapParRun{}
 	ratios := map[int][]float64{}
