@@ -59,6 +59,9 @@ type SnapshotRange struct {
 // EncodeCursor's form).
 type rangesJSON struct {
 	Ranges []rangeJSON `json:"ranges"`
+	// Target is the identity of the target table the ranges' rows landed
+	// in (TargetIdentity) when they were stored; empty when unknown.
+	Target string `json:"target,omitempty"`
 }
 
 type rangeJSON struct {
@@ -72,7 +75,12 @@ type rangeJSON struct {
 // TableState.Cursor. A value of a type EncodeCursor cannot encode exactly
 // is an error naming it.
 func EncodeRanges(rs []SnapshotRange) (string, error) {
-	var out rangesJSON
+	return encodeRanges(rs, "")
+}
+
+// encodeRanges is EncodeRanges with the target table's identity.
+func encodeRanges(rs []SnapshotRange, target string) (string, error) {
+	out := rangesJSON{Target: target}
 	enc := func(v []any) (string, error) {
 		if v == nil {
 			return "", nil
@@ -99,6 +107,16 @@ func EncodeRanges(rs []SnapshotRange) (string, error) {
 		return "", fmt.Errorf("encode snapshot ranges: %w", err)
 	}
 	return string(b), nil
+}
+
+// rangesTarget returns the target identity encodeRanges stored with
+// ranges, "" when there is none (or s is not ranges).
+func rangesTarget(s string) string {
+	var in rangesJSON
+	if !strings.HasPrefix(s, "{") || json.Unmarshal([]byte(s), &in) != nil {
+		return ""
+	}
+	return in.Target
 }
 
 // DecodeRanges decodes what EncodeRanges returned, and the cursor of a

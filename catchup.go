@@ -139,6 +139,16 @@ type TargetRows interface {
 	HasRows(ctx context.Context, table *Table) (bool, error)
 }
 
+// TargetIdentity is implemented by targets that can name the physical table
+// holding a table's rows. A first run records it with its progress, and a
+// resumed first run trusts that progress only while the identity is the
+// same: a target table dropped and created again, truncated or rewritten
+// since has another (or none, exists false), and the rows the progress
+// counts may be gone.
+type TargetIdentity interface {
+	TargetIdentity(ctx context.Context, table TableID) (id string, exists bool, err error)
+}
+
 // WatermarkStore reads the per-table catch-up watermarks a sink stores.
 type WatermarkStore interface {
 	Watermark(ctx context.Context, source string, table TableID) (time.Time, bool, error)

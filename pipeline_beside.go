@@ -518,7 +518,14 @@ func (a *applier) chunkLanded(r besideRound) error {
 	if !save {
 		return nil
 	}
-	enc, err := EncodeRanges(ranges)
+	target, err := p.targetIdentity(a.ctx, j.id)
+	if err != nil {
+		if a.ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	enc, err := encodeRanges(ranges, target)
 	if err != nil {
 		if !j.noCur {
 			j.noCur = true
@@ -671,4 +678,46 @@ func (a *applier) finishBeside(j *besideJob) error {
 		"version", st.Floor.String(), "rows_read", rows, "rows_superseded", dropped, "chunks", chunks, "ranges", nr, "resumed", resumed,
 		"took", took.Round(time.Millisecond))
 	return nil
+}
+
+// targetIdentity names the target table that holds id's rows now
+// (TargetIdentity), "" when the registry cannot or the table does not
+// exist.
+func (p *Pipeline) targetIdentity(ctx context.Context, id TableID) (string, error) {
+	ti, ok := p.reg.(TargetIdentity)
+	if !ok {
+		return "", nil
+	}
+	name, exists, err := ti.TargetIdentity(ctx, id)
+	if err != nil || !exists {
+		return "", err
+	}
+	return name, nil
+}
+
+// sameTarget reports whether the chunks recorded in st (an interrupted
+// snapshot beside the stream) landed in the target table that holds the
+// table's rows now. A cursor stored without an identity is trusted (a
+// registry that cannot name its tables, or a cursor older than
+// identities). A target table dropped, truncated or rewritten since may
+// have lost the rows of the chunks the cursor counts: resuming after it
+// would leave them out of the target for good.
+func (p *Pipeline) sameTarget(ctx context.Context, st TableState) (bool, error) {
+	recorded := rangesTarget(st.Cursor)
+	if recorded == "" {
+		return true, nil
+	}
+	if _, ok := p.reg.(TargetIdentity); !ok {
+		return true, nil
+	}
+	now, err := p.targetIdentity(ctx, st.Table)
+	if err != nil {
+		return false, fmt.Errorf("resume the snapshot of %s: %w", st.Table, err)
+	}
+	if now == recorded {
+		return true, nil
+	}
+	p.cfg.Logger.Warn("the target table of an interrupted snapshot is not the one its chunk cursor was recorded against (dropped, truncated or rewritten since): redoing the snapshot from its first chunk",
+		"source", p.cfg.Source, "table", st.Table.String(), "recorded_target", recorded, "target", now)
+	return false, nil
 }

@@ -363,10 +363,13 @@ func (p *Pipeline) perform(ctx context.Context, st TableState) error {
 		// chunk.
 		p.remember(st)
 		ranges, err := DecodeRanges(st.Cursor)
-		if err == nil {
+		if err != nil {
+			p.cfg.Logger.Warn("the recorded chunk cursor cannot be read: redoing the snapshot from its first chunk", "source", p.cfg.Source, "table", st.Table.String(), "err", err)
+		} else if same, err := p.sameTarget(ctx, st); err != nil {
+			return err
+		} else if same {
 			return p.queueBeside(ctx, st.Table, st.Reason, ranges, st.Floor)
 		}
-		p.cfg.Logger.Warn("the recorded chunk cursor cannot be read: redoing the snapshot from its first chunk", "source", p.cfg.Source, "table", st.Table.String(), "err", err)
 	} else {
 		p.cfg.Logger.Info("finishing an interrupted snapshot", "source", p.cfg.Source, "table", st.Table.String(), "reason", st.Reason)
 	}

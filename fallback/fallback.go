@@ -629,7 +629,14 @@ func (c *CatchUp) tableRead(ctx context.Context, snap tidemark.Snapshot, id tide
 			return tr, err
 		}
 		if rec := fr.resumable(tbl); rec != nil {
-			return tr, c.resumeTable(ctx, snap, tbl, tc, rec, fr, &tr)
+			same, err := fr.sameTarget(ctx, tbl, rec)
+			if err != nil {
+				return tr, err
+			}
+			if same {
+				return tr, c.resumeTable(ctx, snap, tbl, tc, rec, fr, &tr)
+			}
+			fr.restart(id)
 		}
 		if rec := fr.keyChanged(tbl); rec != nil && rec.Fresh && *heldBefore == nil {
 			// The interrupted run created the target table with the

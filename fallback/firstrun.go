@@ -63,6 +63,10 @@ type firstRunJSON struct {
 	Upper string `json:"upper,omitempty"`
 	// Done: the read and the key diff are in.
 	Done bool `json:"done,omitempty"`
+	// Target is the target table's identity (tidemark.TargetIdentity)
+	// when the record was written, empty before the table existed or when
+	// the target cannot name it.
+	Target string `json:"target,omitempty"`
 }
 
 // captureJSON is a recorded capture.
@@ -128,6 +132,9 @@ type firstRun struct {
 		Warn(msg string, args ...any)
 	}
 	snap tidemark.Snapshot
+	// ident names the target tables the records are written against (nil:
+	// the target cannot, and a record is trusted as it is).
+	ident tidemark.TargetIdentity
 	// every is Config.ProgressEvery.
 	every time.Duration
 	// resumed: snap is an interrupted first run's capture.
@@ -151,6 +158,7 @@ type firstRun struct {
 func (c *CatchUp) openFirstRun(ctx context.Context, reg tidemark.TableRegistry, states []tidemark.TableState) (*firstRun, error) {
 	fr := &firstRun{reg: reg, source: c.cfg.Source, log: c.cfg.Logger, every: c.cfg.ProgressEvery,
 		prior: map[tidemark.TableID]tidemark.TableMode{}, records: map[tidemark.TableID]*firstRunRecord{}}
+	fr.ident, _ = c.keys.(tidemark.TargetIdentity)
 	var capture *captureJSON
 	var bad error
 	for _, st := range states {
@@ -214,6 +222,31 @@ func (fr *firstRun) resumable(tbl *tidemark.Table) *firstRunRecord {
 		return nil
 	}
 	return rec
+}
+
+// sameTarget reports whether rec, the interrupted run's record of tbl, was
+// written against the target table that holds tbl's rows now. A record
+// without an identity is trusted: one written before the target table
+// existed (no chunk of it applied since: nothing recorded past its
+// start), or by a target that cannot name its tables. Otherwise the
+// table must still exist with the recorded identity; a target table
+// dropped, truncated or rewritten since (a user starting the target over
+// by hand, tidemark's own tables kept) may have lost the rows the record
+// counts.
+func (fr *firstRun) sameTarget(ctx context.Context, tbl *tidemark.Table, rec *firstRunRecord) (bool, error) {
+	if fr.ident == nil || rec.Target == "" {
+		return true, nil
+	}
+	id, exists, err := fr.ident.TargetIdentity(ctx, tbl.ID)
+	if err != nil {
+		return false, fmt.Errorf("resume the first-run snapshot of %s: %w", tbl.ID, err)
+	}
+	if exists && id == rec.Target {
+		return true, nil
+	}
+	fr.log.Warn("the target table of an interrupted first-run snapshot is not the one its progress was recorded against (dropped, truncated or rewritten since): reading the table again in full",
+		"table", tbl.ID.String(), "recorded_target", rec.Target, "target", id, "exists", exists)
+	return false, nil
 }
 
 // keyChanged returns the interrupted run's record of a table whose key
@@ -342,6 +375,15 @@ func (p *tableProgress) save(ctx context.Context) error {
 		p.lost = true
 		p.fr.log.Info("the first-run progress of a table cannot be recorded: a restart reads it again in full", "table", p.id.String(), "err", err)
 		return nil
+	}
+	if ti := p.fr.ident; ti != nil {
+		id, exists, err := ti.TargetIdentity(ctx, p.id)
+		if err != nil {
+			return fmt.Errorf("record first-run progress of %s: %w", p.id, err)
+		}
+		if p.rec.Target = ""; exists {
+			p.rec.Target = id
+		}
 	}
 	cursor, err := p.encode(enc)
 	if err != nil {

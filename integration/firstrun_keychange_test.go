@@ -1,12 +1,10 @@
 package integration
 
 import (
-	"strings"
 	"testing"
 	"time"
 
 	"tidemark"
-	"tidemark/integration/harness"
 	"tidemark/internal/testenv"
 )
 
@@ -55,22 +53,6 @@ func TestFirstRunResumedAfterKeyChange(t *testing.T) {
 	f.waitCaughtUp(t, db, d)
 	f.exec(t, "USE "+db, "UPDATE k SET v = 0 WHERE id = 3", "DELETE FROM k WHERE id = 4")
 	f.waitCaughtUp(t, db, d)
-	for _, tb := range []string{"k", "t"} {
-		if mode, reason := f.tableState(t, db, db, tb); mode != "streaming" {
-			t.Fatalf("%s: state %q reason %q after the resumed first run\n%s", tb, mode, reason, grepLines(d.stderr.String(), "level=ERROR")+grepLines(d.stderr.String(), "key"))
-		}
-		var diff *harness.Diff
-		testenv.WaitFor(60*time.Second, func() bool {
-			dd, err := harness.Compare(f.ctx, f.my, f.pg, harness.TableSpec{Database: db, Table: tb, SourceZone: "UTC"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			diff = dd
-			return dd.Equal()
-		})
-		if !diff.Equal() {
-			t.Fatalf("%s differs from the source: %s\n%s", tb, diff, strings.Join(diff.Examples, "\n"))
-		}
-	}
+	f.streamingAndEqual(t, d, db, "k", "t")
 	f.stopOK(t, d)
 }

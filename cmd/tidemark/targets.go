@@ -378,6 +378,19 @@ type fanoutWithStates struct {
 
 var _ tidemark.SnapshotBoundary = fanoutWithStates{}
 
+var _ tidemark.TargetIdentity = fanoutWithStates{}
+
+// TargetIdentity implements tidemark.TargetIdentity with the state
+// target's tables (PostgreSQL), which hold the snapshot's rows: none when
+// the registry cannot name them (a snapshot's progress is then trusted).
+func (f fanoutWithStates) TargetIdentity(ctx context.Context, id tidemark.TableID) (string, bool, error) {
+	ti, ok := f.TableRegistry.(tidemark.TargetIdentity)
+	if !ok {
+		return "", false, nil
+	}
+	return ti.TargetIdentity(ctx, id)
+}
+
 // ApplyDDL implements tidemark.DDLSink: the state target first (a refused
 // event is its *tidemark.TableError, and nothing is published), then Kafka.
 // A crash between the two resumes at Kafka's older checkpoint (the

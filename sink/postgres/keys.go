@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"tidemark"
 )
 
@@ -218,4 +220,27 @@ func (s *Sink) HasRows(ctx context.Context, table *tidemark.Table) (bool, error)
 		return false, fmt.Errorf("look for rows in %s: %w", d.display, redact(err, s.secret))
 	}
 	return has, nil
+}
+
+var _ tidemark.TargetIdentity = (*Sink)(nil)
+
+// TargetIdentity implements tidemark.TargetIdentity: the target table's oid
+// and its relfilenode, which DROP + CREATE, TRUNCATE and every rewrite
+// (VACUUM FULL, CLUSTER, an ALTER that rewrites) change.
+func (s *Sink) TargetIdentity(ctx context.Context, id tidemark.TableID) (string, bool, error) {
+	_, _, qname, err := s.targetOf(id)
+	if err != nil {
+		return "", false, err
+	}
+	var oid, node int64
+	err = s.retry(ctx, "identify "+qname, func(ctx context.Context) error {
+		return s.pool.QueryRow(ctx, "SELECT c.oid::bigint, c.relfilenode::bigint FROM pg_class c WHERE c.oid = to_regclass($1)", qname).Scan(&oid, &node)
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) || err != nil && isUndefinedTable(err):
+		return "", false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("identify %s: %w", qname, redact(err, s.secret))
+	}
+	return fmt.Sprintf("pg:%d/%d", oid, node), true, nil
 }
