@@ -136,3 +136,19 @@ func TestWebConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestDummyHash: the hash checked for an unknown user is a real bcrypt hash of
+// the cost a configured user's is expected to have, so that an unknown user
+// takes as long to refuse as a wrong password does.
+func TestDummyHash(t *testing.T) {
+	cost, err := bcrypt.Cost(dummyHash)
+	if err != nil {
+		t.Fatalf("dummyHash is not a bcrypt hash: %v", err)
+	}
+	if cost != 10 {
+		t.Fatalf("dummyHash cost = %d, want 10 (what htpasswd -nBC 10 makes)", cost)
+	}
+	if err := bcrypt.CompareHashAndPassword(dummyHash, []byte("tidemark: no such user")); err != nil {
+		t.Fatalf("dummyHash does not match its documented password: %v", err)
+	}
+}
