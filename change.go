@@ -230,6 +230,17 @@ type Batch struct {
 	// it. Without Refresh an unchanged row keeps its version and is not
 	// written (re-reading a window is a no-op).
 	Refresh bool
+	// FreshLoad marks the rows of a first run's snapshot of a table whose
+	// target held no rows when the read began (and needs no key diff):
+	// every target row is the run's own, read after its one capture. A
+	// sink may then create the target table without its primary key,
+	// insert the rows without the per-row index maintenance, and build
+	// the key after the load (IndexMirror.MirrorIndexes); rows a killed
+	// run's chunks wrote twice (a chunk applied again after a restart)
+	// are doubles of one source row with the same version, and the
+	// key's build keeps one of each. Any batch without it (the stream, a
+	// catch-up, a resync) finds the key built first.
+	FreshLoad bool
 }
 
 // Watermark is a per-table catch-up watermark: every source row with a

@@ -937,7 +937,7 @@ func (c *CatchUp) read(ctx context.Context, req tidemark.ReadRequest, wm *tidema
 	if len(ranges) > 1 || prog != nil {
 		return c.readParallel(ctx, req, ranges, wm, tr, prog)
 	}
-	return c.readRange(ctx, c.src, req, wm, tr, nil, nil)
+	return c.readRange(ctx, c.src, req, wm, tr, nil, nil, nil)
 }
 
 // readParallel reads the ranges not done, each after its cursor, applying
@@ -966,10 +966,12 @@ func (c *CatchUp) readParallel(ctx context.Context, req tidemark.ReadRequest, ra
 		rq := req
 		rq.KeyFrom, rq.KeyTo, rq.After = ranges[i].From, ranges[i].To, ranges[i].After
 		var applied func(next []any) error
+		var fresh func() bool
 		if prog != nil {
 			applied = func(next []any) error { return prog.advance(ctx, i, next) }
+			fresh = prog.freshLoad
 		}
-		if errs[i] = c.readRange(ctx, src, rq, nil, tr, &mu, applied); errs[i] != nil {
+		if errs[i] = c.readRange(ctx, src, rq, nil, tr, &mu, applied, fresh); errs[i] != nil {
 			mu.Lock()
 			if first == nil && ctx.Err() == nil {
 				first = errs[i]
@@ -1032,8 +1034,10 @@ func (c *CatchUp) readParallel(ctx context.Context, req tidemark.ReadRequest, ra
 // wm, if set, commits with the last chunk. With mu (a range of a parallel
 // read) tr is updated under it, and the progress never says done.
 // applied, if set, is called after each chunk is applied with the
-// range's cursor after it (nil after its last chunk).
-func (c *CatchUp) readRange(ctx context.Context, src tidemark.SnapshotSource, req tidemark.ReadRequest, wm *tidemark.Watermark, tr *TableReport, mu *sync.Mutex, applied func(next []any) error) error {
+// range's cursor after it (nil after its last chunk). fresh, if set,
+// tells whether a chunk's batch is a fresh load's (tidemark.Batch.FreshLoad,
+// tableProgress.freshLoad), asked at each chunk.
+func (c *CatchUp) readRange(ctx context.Context, src tidemark.SnapshotSource, req tidemark.ReadRequest, wm *tidemark.Watermark, tr *TableReport, mu *sync.Mutex, applied func(next []any) error, fresh func() bool) error {
 	type chunk struct {
 		res  tidemark.ReadResult
 		took time.Duration
@@ -1080,7 +1084,7 @@ func (c *CatchUp) readRange(ctx context.Context, src tidemark.SnapshotSource, re
 		tr.Rows += int64(len(res.Changes))
 		tr.Chunks++
 		unlock()
-		b := &tidemark.Batch{Source: c.cfg.Source, Changes: res.Changes}
+		b := &tidemark.Batch{Source: c.cfg.Source, Changes: res.Changes, FreshLoad: fresh != nil && fresh()}
 		last := res.Next == nil
 		if last && wm != nil {
 			// The watermark commits with the window's last chunk.

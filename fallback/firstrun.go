@@ -325,6 +325,16 @@ type tableProgress struct {
 	savedAt time.Time
 }
 
+// freshLoad reports whether the table's chunks are a fresh load's
+// (tidemark.Batch.FreshLoad): the target held no rows of it when the run
+// first read it, no key diff follows, and no other process has recorded
+// a state for it since (a resync, a quarantine: their writes follow).
+func (p *tableProgress) freshLoad() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.rec.Fresh && !p.rec.KeyDiff && !p.lost
+}
+
 // begin records the table snapshotting with its ranges (a read not
 // resumed).
 func (p *tableProgress) begin(ctx context.Context, ranges []tidemark.SnapshotRange) error {

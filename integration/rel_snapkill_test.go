@@ -46,7 +46,20 @@ func TestKillNineDuringFirstSnapshot(t *testing.T) {
 		t.Errorf("a log line admits lost deletes or an error:\n%s", grepLines(logs, "NOT captured")+grepLines(logs, "level=ERROR"))
 	}
 	t.Logf("%d deletes in the load", deletes)
+	// The table's target was empty: the first run loaded it before its
+	// primary key, which the resumed run built after the load, removing
+	// the rows of chunks applied again after a kill (sink/postgres
+	// keyafter.go).
+	if !strings.Contains(logs, "built the primary key of a table after its first load") {
+		t.Errorf("the first run did not build big's primary key after its load:\n%s", grepLines(logs, "primary key"))
+	}
+	t.Logf("key after the load: %s", grepLines(logs, "a key loaded twice"))
 	f.compare(t, harness.TableSpec{Database: db, Table: "big", SourceZone: "UTC"})
+	var key string
+	if err := f.pg.QueryRow(f.ctx, `SELECT string_agg(a.attname, ',') FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey::int2[])
+WHERE i.indrelid = $1::regclass AND i.indisprimary`, `"`+db+`".big`).Scan(&key); err != nil || key != "id" {
+		t.Errorf("big's target primary key = %q (%v), want id", key, err)
+	}
 }
 
 // killDuringFirstRun starts the daemon with cfg three times and SIGKILLs

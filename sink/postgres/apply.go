@@ -98,7 +98,9 @@ func (s *Sink) apply(ctx context.Context, b *tidemark.Batch, missing *bool) (tid
 	// table.
 	replan := false
 	for _, g := range p.groups {
-		if err := s.ensure(ctx, g.def, g.key, g.minVersion, g.nLoad > 0 && g.nLoad == len(g.rows.rows)); err != nil {
+		load := g.nLoad > 0 && g.nLoad == len(g.rows.rows)
+		fresh := b.FreshLoad && load && g.nInserts == len(g.rows.rows)
+		if err := s.ensure(ctx, g.def, g.key, g.minVersion, load, fresh); err != nil {
 			return tidemark.ApplyStats{}, fmt.Errorf("%s: %w", what, redact(err, s.secret))
 		}
 		replan = replan || s.projectionOf(g.key) != nil
@@ -309,7 +311,25 @@ func (s *Sink) applyGroup(ctx context.Context, tx pgx.Tx, g *groupPlan, now time
 		}
 		guarded = g.minVersion.Compare(top) <= 0
 	}
-	if !guarded && g.nInserts == len(g.rows.rows) && s.tryDirect(g.key) {
+	if s.keyless(g.key) {
+		// A fresh load's table, still without its primary key
+		// (keyafter.go): only its fresh rows come here (any other
+		// batch's ensure built the key), and only the direct path can
+		// write them.
+		if guarded || g.nInserts != len(g.rows.rows) {
+			return st, fmt.Errorf("apply to %s: the table's primary key is built after its first load, and this batch's rows are not all inserts newer than every delete (%d of %d inserts): refusing to write them before the key exists",
+				d.display, g.nInserts, len(g.rows.rows))
+		}
+		inserted, err := s.copyDirect(ctx, tx, g, now)
+		if err != nil {
+			return st, err
+		}
+		if inserted {
+			st.Inserted = len(g.rows.rows)
+			return st, nil
+		}
+		// A unique violation: the key was built meanwhile; staged.
+	} else if !guarded && g.nInserts == len(g.rows.rows) && s.tryDirect(g.key) {
 		inserted, err := s.copyDirect(ctx, tx, g, now)
 		if err != nil {
 			return st, err

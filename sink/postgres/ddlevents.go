@@ -186,6 +186,10 @@ func (s *Sink) alterEvent(ctx context.Context, tx pgx.Tx, qname string, ev tidem
 	if !t.exists {
 		return nil
 	}
+	// A fresh load's table takes its primary key before any DDL.
+	if err := s.buildKey(ctx, tx, ev.Table, qname, t); err != nil {
+		return err
+	}
 	q := tidemark.QuotePostgres
 	a := t.align
 	var before []byte

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"tidemark"
 )
 
 // The direct insert path. A batch's rows for a table that are all inserts
@@ -38,6 +40,9 @@ type directState struct {
 	safe    bool // primary key = business key, checked immediately
 	skip    int  // batches still to stage before the next try
 	penalty int  // skip after the next conflict
+	// keyless: the table has no primary key yet (a fresh load's,
+	// keyafter.go): its rows take the direct path, always.
+	keyless bool
 }
 
 // DirectInserts returns the rows inserted by the direct path and the
@@ -46,11 +51,39 @@ func (s *Sink) DirectInserts() (rows, conflicts int64) {
 	return s.directRows.Load(), s.directConflicts.Load()
 }
 
-// setDirectSafe records whether table k may take the direct path.
-func (s *Sink) setDirectSafe(k defKey, safe bool) {
+// setDirect records whether table k may take the direct path, and
+// whether it has no primary key yet (keyafter.go).
+func (s *Sink) setDirect(k defKey, safe, keyless bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.direct[k] = &directState{safe: safe}
+	s.direct[k] = &directState{safe: safe, keyless: keyless}
+}
+
+// keyless reports whether table k had no primary key when it was last
+// ensured (a fresh load's table, keyafter.go).
+func (s *Sink) keyless(k defKey) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.direct[k]
+	return st != nil && st.keyless
+}
+
+// forgetKeyless records that table id has its primary key: no layout of
+// it takes the forced direct path any more, and a fresh load's ensure of
+// it runs again.
+func (s *Sink) forgetKeyless(id tidemark.TableID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, st := range s.direct {
+		if k.id == id && st.keyless {
+			st.keyless = false
+		}
+	}
+	for k := range s.ensured {
+		if k.id == id && k.fresh {
+			delete(s.ensured, k)
+		}
+	}
 }
 
 // tryDirect reports whether this batch's rows for table k should try the
@@ -109,12 +142,18 @@ func (s *Sink) copyDirect(ctx context.Context, tx pgx.Tx, g *groupPlan, loadedAt
 			s.log.Debug("direct insert found existing keys; staging", "table", d.display, "rows", len(g.rows.rows))
 			return false, nil
 		}
+		if s.keyless(g.key) {
+			// A fresh load's table without its primary key: staging
+			// has no arbiter to upsert on, so the refusal is the
+			// batch's error.
+			return false, d.wrap("insert the rows of a fresh load into", err)
+		}
 		// Anything else the target refused (a column changed behind
 		// tidemark's back, a value that does not fit): the rows are staged,
 		// where casts and the usual errors apply, and the table stages
 		// until it is checked again.
 		s.log.Warn("direct insert refused; staging this table's inserts", "table", d.display, "err", redact(err, s.secret))
-		s.setDirectSafe(g.key, false)
+		s.setDirect(g.key, false, false)
 		return false, nil
 	}
 	if n != int64(len(g.rows.rows)) {

@@ -41,8 +41,12 @@ func (s *Sink) ddlTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 // (layoutVersion). load is set for the rows of a snapshot or catch-up
 // (only OpRead): a NOT NULL the existing table lacks is recorded as pending
 // in its alignment instead of set (the rows the load writes fill a column
-// it adds), and MirrorIndexes sets it after the load.
-func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, at tidemark.Version, load bool, directSafe *bool, proj **projection) error {
+// it adds), and MirrorIndexes sets it after the load. fresh is set for a
+// fresh load's rows (tidemark.Batch.FreshLoad): a missing table is created
+// without its primary key, which is built after the load (keyafter.go),
+// and *keyless is set while the table has none; without fresh, a table
+// still without its key gets it first.
+func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, at tidemark.Version, load, fresh bool, directSafe, keyless *bool, proj **projection) error {
 	at = layoutVersion(d, at)
 	if err := s.freeTableName(ctx, tx, d); err != nil {
 		return err
@@ -72,8 +76,25 @@ func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, at tidemark
 		}
 		t.exists, replaced = false, true
 	}
+	if t.exists && t.align != nil && t.align.KeyPending {
+		if fresh && freshFits(t, d) {
+			// The fresh load goes on (a restart's, another range's).
+			*directSafe, *keyless = true, true
+			return nil
+		}
+		if err := s.buildKey(ctx, tx, d.id, d.qname, t); err != nil {
+			return err
+		}
+	}
 	if !t.exists {
-		if err := d.create(ctx, tx); err != nil {
+		// A fresh load's table takes its primary key after the load; a
+		// layout that knows the indexes (the stream's) never is one.
+		fresh = fresh && !d.table.IndexesKnown
+		create := d.createTableSQL
+		if fresh {
+			create = d.createKeylessSQL
+		}
+		if err := d.createWith(ctx, tx, create); err != nil {
 			return err
 		}
 		if err := d.resetHorizon(ctx, tx); err != nil {
@@ -81,6 +102,7 @@ func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, at tidemark
 		}
 		a := alignmentOf(d.table)
 		a.Seq, a.Idx = at.Seq, at.Index
+		a.KeyPending = fresh
 		if replaced && at.Compare(d.table.AfterDrop) < 0 {
 			// Aligned at the drop at least: the next ensure of this
 			// layout (another partition's) keeps the table it made.
@@ -89,7 +111,9 @@ func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, at tidemark
 		if err := setAlignment(ctx, tx, d.qname, a); err != nil {
 			return d.wrap("record the schema of", err)
 		}
-		*directSafe = true // created with the business key as primary key
+		// Created with the business key as primary key, or without one
+		// for a fresh load (whose rows only the direct path writes).
+		*directSafe, *keyless = true, fresh
 		return s.ensureIndexes(ctx, tx, d)
 	}
 	for _, c := range []string{colSeq, colIdx, colCommitTime, colLoadedAt} {
@@ -307,6 +331,11 @@ func (s *Sink) forgetTable(id tidemark.TableID) {
 			delete(s.projections, k)
 		}
 	}
+	for k, st := range s.direct {
+		if k.id == id {
+			st.keyless = false // ensured again before its next rows
+		}
+	}
 }
 
 // EnsureTable implements tidemark.TableRegistry.
@@ -319,7 +348,7 @@ func (s *Sink) EnsureTable(ctx context.Context, t *tidemark.Table) error {
 	if err != nil {
 		return err
 	}
-	if err := s.ensure(ctx, d, k, tidemark.Version{}, false); err != nil {
+	if err := s.ensure(ctx, d, k, tidemark.Version{}, false, false); err != nil {
 		return redact(err, s.secret)
 	}
 	return nil
@@ -329,25 +358,33 @@ func (s *Sink) EnsureTable(ctx context.Context, t *tidemark.Table) error {
 // per schema and process; at is the version of a change of the batch
 // written with d's layout (zero: none), load that the batch's rows of d
 // are a load's, see ensureTx.
-func (s *Sink) ensure(ctx context.Context, d *tableDef, k defKey, at tidemark.Version, load bool) error {
+func (s *Sink) ensure(ctx context.Context, d *tableDef, k defKey, at tidemark.Version, load, fresh bool) error {
 	// A load ensures on its own (its ensureTx drops the mirrored unique
 	// constraints): once per layout and process, and again after
-	// MirrorIndexes built them (forgetTable).
+	// MirrorIndexes built them (forgetTable). So does a fresh load (its
+	// table may lack the primary key, which any other ensure builds).
 	ek := k
-	ek.load = load
+	ek.load, ek.fresh = load, fresh && load
 	if s.isEnsured(ek) {
 		return nil
 	}
-	var directSafe bool
+	var directSafe, keyless bool
 	var proj *projection
 	err := tidemark.Retry(ctx, "prepare table "+d.display, s.cfg.Retry, retryable, s.rlog, func(ctx context.Context) error {
-		directSafe, proj = false, nil
-		return s.ddlTx(ctx, func(tx pgx.Tx) error { return s.ensureTx(ctx, tx, d, at, load, &directSafe, &proj) })
+		directSafe, keyless, proj = false, false, nil
+		return s.ddlTx(ctx, func(tx pgx.Tx) error {
+			return s.ensureTx(ctx, tx, d, at, load, ek.fresh, &directSafe, &keyless, &proj)
+		})
 	})
 	if err != nil {
 		return err
 	}
-	s.setDirectSafe(k, directSafe)
+	if !keyless {
+		// The key is there (built now, perhaps): no layout of the table
+		// may go on as if it were not (a fresh load's cached ensure).
+		s.forgetKeyless(k.id)
+	}
+	s.setDirect(k, directSafe, keyless)
 	s.setProjection(k, proj)
 	s.markEnsured(ek)
 	return nil

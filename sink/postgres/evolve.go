@@ -137,6 +137,11 @@ type alignment struct {
 	// applied past the load's high watermark (indexes.go, "Built once the
 	// target is consistent").
 	UniqueAfter *uniqueAfter `json:"unique_after,omitempty"`
+	// KeyPending is set while the table has no primary key yet: a fresh
+	// load (tidemark.Batch.FreshLoad) created it without one, and the
+	// first ensure of anything else or MirrorIndexes after the load
+	// builds it (keyafter.go).
+	KeyPending bool `json:"key_pending,omitempty"`
 }
 
 // uniqueAfter is a table's unique constraints waiting for the stream.

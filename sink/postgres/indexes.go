@@ -572,7 +572,13 @@ func (s *Sink) mirrorIndexes(ctx context.Context, source string, id tidemark.Tab
 			if !t.exists || t.align == nil {
 				return nil // nothing loaded yet, or not a table tidemark aligns
 			}
-			pending := len(t.align.PendingNotNull) > 0 || t.align.UniqueAfterLoad
+			// A fresh load's table takes its primary key first
+			// (keyafter.go): the stream's upserts need it, and it holds
+			// for every read time (one row per key).
+			pending := t.align.KeyPending || len(t.align.PendingNotNull) > 0 || t.align.UniqueAfterLoad
+			if err := s.buildKey(ctx, tx, id, qname, t); err != nil {
+				return err
+			}
 			// A NOT NULL the load deferred waits for the stream like the
 			// unique constraints: a row the load copied early whose
 			// source row was deleted since, or the load read in an

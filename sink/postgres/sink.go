@@ -97,6 +97,9 @@ type defKey struct {
 	// load marks the ensure of a load's rows (Sink.ensure): only in the
 	// ensured set.
 	load bool
+	// fresh marks the ensure of a fresh load's rows (Batch.FreshLoad):
+	// only in the ensured set.
+	fresh bool
 }
 
 var (

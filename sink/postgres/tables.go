@@ -55,22 +55,25 @@ type tableDef struct {
 	soft    bool
 
 	createTableSQL string
-	createStageSQL string
-	upsertSQL      string // hard: op 'u'; soft: ops 'u' and 'd'
-	upsertTombSQL  string // hard only: upsertSQL that loses to a newer tombstone and to the table's horizon ($1 the target)
-	refreshSQL     string // upsertSQL for tidemark.Batch.Refresh: unchanged snapshot rows take their version
-	refreshTombSQL string // upsertTombSQL for tidemark.Batch.Refresh
-	keyGoneSQL     string // soft only: op 'k'
-	markSQL        string // soft only: op 'x'
-	deleteSQL      string // hard only: ops 'd' and 'k'
-	tomb           string // hard only: the quoted tombstone table
-	horizons       string // hard only: the quoted tombstone horizons (tombstones.go)
-	tombWriteSQL   string // hard only: tombstones of ops 'd' and 'k'
-	keyLockSQL     string // hard only: locks the staged keys' stripes ($1 the target; tombstones.go)
-	copyColumns    []string
-	directColumns  []string // the direct insert path's COPY columns (direct.go)
-	stageCopySQL   string   // binary COPY into the staging table (encode.go)
-	directCopySQL  string   // binary COPY into the target table
+	// createKeylessSQL is createTableSQL without the primary key (a
+	// fresh load's table, keyafter.go).
+	createKeylessSQL string
+	createStageSQL   string
+	upsertSQL        string // hard: op 'u'; soft: ops 'u' and 'd'
+	upsertTombSQL    string // hard only: upsertSQL that loses to a newer tombstone and to the table's horizon ($1 the target)
+	refreshSQL       string // upsertSQL for tidemark.Batch.Refresh: unchanged snapshot rows take their version
+	refreshTombSQL   string // upsertTombSQL for tidemark.Batch.Refresh
+	keyGoneSQL       string // soft only: op 'k'
+	markSQL          string // soft only: op 'x'
+	deleteSQL        string // hard only: ops 'd' and 'k'
+	tomb             string // hard only: the quoted tombstone table
+	horizons         string // hard only: the quoted tombstone horizons (tombstones.go)
+	tombWriteSQL     string // hard only: tombstones of ops 'd' and 'k'
+	keyLockSQL       string // hard only: locks the staged keys' stripes ($1 the target; tombstones.go)
+	copyColumns      []string
+	directColumns    []string // the direct insert path's COPY columns (direct.go)
+	stageCopySQL     string   // binary COPY into the staging table (encode.go)
+	directCopySQL    string   // binary COPY into the target table
 }
 
 // pgSystemColumns are the names of the system columns every PostgreSQL
@@ -223,8 +226,11 @@ func (d *tableDef) buildSQL() {
 	if d.soft {
 		fmt.Fprintf(&b, "\t%s boolean NOT NULL DEFAULT false,\n\t%s timestamptz,\n", q(colDeleted), q(colDeletedAt))
 	}
-	fmt.Fprintf(&b, "\tPRIMARY KEY (%s)\n)", strings.Join(keys, ", "))
-	d.createTableSQL = b.String()
+	body := b.String()
+	d.createTableSQL = body + fmt.Sprintf("\tPRIMARY KEY (%s)\n)", strings.Join(keys, ", "))
+	// A fresh load's table: the same without the primary key, built
+	// after the load (keyafter.go).
+	d.createKeylessSQL = strings.TrimSuffix(body, ",\n") + "\n)"
 
 	// Staging table: a session temp table, emptied at every commit. Same
 	// types as the target so COPY reports a bad value with its column.
@@ -370,12 +376,13 @@ func (d *tableDef) buildSQL() {
 	}
 }
 
-// create creates the target schema (if missing) and table, in tx, which
-// holds the DDL lock (CREATE SCHEMA/TABLE IF NOT EXISTS race into unique
-// violations between sessions). It runs in its own short transaction before
-// the batch's: an empty table left behind by a batch that then fails is
-// harmless.
-func (d *tableDef) create(ctx context.Context, tx pgx.Tx) error {
+// createWith creates the target schema (if missing) and table, with the
+// statement create (createTableSQL, or createKeylessSQL for a fresh
+// load's table), in tx, which holds the DDL lock (CREATE SCHEMA/TABLE IF
+// NOT EXISTS race into unique violations between sessions). It runs in
+// its own short transaction before the batch's: an empty table left
+// behind by a batch that then fails is harmless.
+func (d *tableDef) createWith(ctx context.Context, tx pgx.Tx, create string) error {
 	// Check before CREATE ... IF NOT EXISTS: those need the CREATE
 	// privilege even when the object exists.
 	var schemaExists bool
@@ -387,7 +394,7 @@ func (d *tableDef) create(ctx context.Context, tx pgx.Tx) error {
 			return d.wrap("create schema of table", err)
 		}
 	}
-	if _, err := tx.Exec(ctx, d.createTableSQL); err != nil {
+	if _, err := tx.Exec(ctx, create); err != nil {
 		return d.wrap("create table", err)
 	}
 	return nil
