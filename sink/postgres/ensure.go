@@ -47,6 +47,7 @@ func (s *Sink) ddlTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 // and *keyless is set while the table has none; without fresh, a table
 // still without its key gets it first.
 func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, at tidemark.Version, load, fresh bool, directSafe, keyless *bool, proj **projection) error {
+	oldest := at // the oldest version of the batch's rows of d
 	at = layoutVersion(d, at)
 	if err := s.freeTableName(ctx, tx, d); err != nil {
 		return err
@@ -90,6 +91,17 @@ func (s *Sink) ensureTx(ctx context.Context, tx pgx.Tx, d *tableDef, at tidemark
 		// A fresh load's table takes its primary key after the load; a
 		// layout that knows the indexes (the stream's) never is one.
 		fresh = fresh && !d.table.IndexesKnown
+		if fresh && d.tomb != "" {
+			// Tombstones of the table's keys at or after the load's
+			// version (an earlier life of the target, dropped by hand
+			// with the control tables kept) guard its rows, which only
+			// the staged upsert checks: the key stays.
+			top, err := s.tombMax(ctx, tx, d)
+			if err != nil {
+				return err
+			}
+			fresh = oldest != (tidemark.Version{}) && top.Compare(oldest) < 0
+		}
 		create := d.createTableSQL
 		if fresh {
 			create = d.createKeylessSQL
