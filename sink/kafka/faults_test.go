@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"tidemark"
 )
@@ -84,6 +85,14 @@ func TestBrokerFaults(t *testing.T) {
 		// publishes it again, as it does after a lost answer.
 		{name: "end txn: unknown server error, not committed", eos: []bool{true}, mustRetry: true,
 			setup: faults(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.UnknownServerError, Count: 2})},
+		{name: "produce: out of order sequence number, before KIP-890", eos: []bool{true}, mustRetry: true,
+			opts:  []kgo.Opt{kgo.MaxVersions(kversion.V3_8_0())},
+			setup: faults(kfake.Fault{Keys: produce, Err: kerr.OutOfOrderSequenceNumber, Count: 2})},
+		{name: "produce: out of order sequence number, abort lost", eos: []bool{true}, mustRetry: true,
+			setup: func(t *testing.T, c *kfake.Cluster, s *Sink) {
+				c.Fault(kfake.Fault{Keys: produce, Err: kerr.OutOfOrderSequenceNumber, Count: 1})
+				dropConnections(int16(kmsg.EndTxn), 1)(t, c, s)
+			}},
 		{name: "end txn: connection dropped, commit lost", eos: []bool{true}, mustRetry: true,
 			setup: dropConnections(int16(kmsg.EndTxn), 3)},
 		{name: "end txn: answer lost after commit", eos: []bool{true}, mustLog: "commit reported an error but took effect (checkpoint read back)",

@@ -475,7 +475,25 @@ func (s *Sink) attemptTxn(ctx context.Context, source string, enc *encodedBatch,
 		return err
 	}
 	if err := s.cl.BeginTransaction(); err != nil {
-		return fmt.Errorf("begin transaction: %w", err)
+		// franz-go refuses every transaction once a produce failed its
+		// producer id for good: OUT_OF_ORDER_SEQUENCE_NUMBER (also
+		// UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_ID_MAPPING) before
+		// KIP-890 part 2, where the abort's EndTxn does not hand out a
+		// new producer id (CI at 1bb8d1e, kfake: "begin transaction:
+		// producer ID has a fatal, unrecoverable error, err:
+		// OUT_OF_ORDER_SEQUENCE_NUMBER"). The transaction was aborted
+		// (s.txnOpen is false), so the sink takes the id back as after a
+		// refused commit and begins on a new client.
+		renewed, rerr := s.renewFailed(ctx)
+		if rerr != nil {
+			return errors.Join(fmt.Errorf("begin transaction: %w", err), rerr)
+		}
+		if !renewed {
+			return fmt.Errorf("begin transaction: %w", err)
+		}
+		if err := s.cl.BeginTransaction(); err != nil {
+			return fmt.Errorf("begin transaction on a new client: %w", err)
+		}
 	}
 	s.txnOpen = true
 	recs := append(enc.records(1), rec)
@@ -620,30 +638,74 @@ func (s *Sink) settle(ctx context.Context, pid int64, epoch int16) (renewed bool
 	}
 	actx, cancel := context.WithTimeout(ctx, abortTimeout)
 	defer cancel()
-	_, _, err := s.cl.ProducerID(actx)
-	if err == nil {
-		return false, nil
-	}
-	if isFenced(err) {
-		return false, &fencedError{txnID: s.cfg.TransactionalID, err: fmt.Errorf("reload producer id: %w", err)}
-	}
-	if ke, ok := errors.AsType[*kerr.Error](err); !ok || ke.Retriable {
-		return false, fmt.Errorf("reload producer id: %w", err)
-	}
-	// franz-go's producer id is failed for good.
-	clientErr := err
-	if err := s.ownAbort(actx, pid, epoch); err != nil {
+	_, _, failed, err := s.reloadID(actx)
+	if err == nil || !failed {
 		return false, err
 	}
-	if err := s.reclaim(actx, pid, epoch); err != nil {
+	if err := s.takeBack(actx, pid, epoch, err); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// reloadID loads the client's producer id (franz-go reloads one marked for
+// reloading). The error is nil when the id is usable, a fence as one;
+// failed is set when franz-go failed the id for good (a broker refusal
+// that is not retriable), with the failed id's producer id and epoch.
+func (s *Sink) reloadID(ctx context.Context) (pid int64, epoch int16, failed bool, _ error) {
+	pid, epoch, err := s.cl.ProducerID(ctx)
+	if err == nil {
+		return pid, epoch, false, nil
+	}
+	if isFenced(err) {
+		return pid, epoch, false, &fencedError{txnID: s.cfg.TransactionalID, err: fmt.Errorf("reload producer id: %w", err)}
+	}
+	ke, ok := errors.AsType[*kerr.Error](err)
+	return pid, epoch, ok && !ke.Retriable, fmt.Errorf("reload producer id: %w", err)
+}
+
+// renewFailed replaces the client when franz-go failed its producer id
+// for good outside a commit (a produce's refusal that no abort recovers)
+// and no transaction is open: it takes the id back with the failed id's
+// own producer id and epoch (takeBack). It reports false when the id is
+// not failed that way (the caller's error stands), and a fence as one.
+func (s *Sink) renewFailed(ctx context.Context) (bool, error) {
+	if s.txnOpen {
+		return false, nil
+	}
+	actx, cancel := context.WithTimeout(ctx, abortTimeout)
+	defer cancel()
+	pid, epoch, failed, err := s.reloadID(actx)
+	if isFenced(err) {
+		return false, err
+	}
+	if !failed || pid < 0 {
+		return false, nil
+	}
+	if err := s.takeBack(actx, pid, epoch, err); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// takeBack replaces a client whose producer id franz-go failed for good
+// (clientErr): the coordinator must show the id as this sink left it
+// (ownAbort), an InitProducerID with its producer id and epoch takes it
+// back (reclaim, which also completes a transaction still open), and a new
+// client goes on.
+func (s *Sink) takeBack(ctx context.Context, pid int64, epoch int16, clientErr error) error {
+	if err := s.ownAbort(ctx, pid, epoch); err != nil {
+		return err
+	}
+	if err := s.reclaim(ctx, pid, epoch); err != nil {
 		if isFenced(err) {
-			return false, &fencedError{txnID: s.cfg.TransactionalID, err: fmt.Errorf("take the producer id back (the client's is failed: %v): %w", clientErr, err)}
+			return &fencedError{txnID: s.cfg.TransactionalID, err: fmt.Errorf("take the producer id back (the client's is failed: %v): %w", clientErr, err)}
 		}
-		return false, fmt.Errorf("take the producer id back (the client's is failed: %v): %w", clientErr, err)
+		return fmt.Errorf("take the producer id back (the client's is failed: %v): %w", clientErr, err)
 	}
 	s.log.Info("transaction coordinator gave the producer id back (no other instance took it); going on with a new client",
 		"transactional_id", s.cfg.TransactionalID, "producer_id", pid, "epoch", epoch, "client_err", clientErr)
-	return true, s.renewClient()
+	return s.renewClient()
 }
 
 // ownAbort checks, before reclaim, that the coordinator shows the
