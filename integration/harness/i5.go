@@ -64,15 +64,22 @@ CREATE TRIGGER rel_i5 BEFORE INSERT OR UPDATE OR DELETE ON %[1]s FOR EACH ROW EX
 // I5WatchSQL puts the I5 trigger on every table created in schema from now
 // on that has tidemark's version columns (an event trigger named
 // eventTrigger on CREATE TABLE, keyed by the table's primary key), so that
-// I5 also watches the first snapshot or the first rows streamed. Drop the
-// event trigger (a database-wide object) when done.
+// I5 also watches the first snapshot or the first rows streamed. A table
+// created without its primary key (a first run's fresh load, which builds
+// the key after its rows: sink/postgres keyafter.go) gets the trigger at
+// the ALTER TABLE that adds the key; the load before it is inserts of one
+// version, where I5 has nothing to catch. Drop the event trigger (a
+// database-wide object) when done.
 func I5WatchSQL(schema, eventTrigger string) string {
 	return fmt.Sprintf(`
 CREATE OR REPLACE FUNCTION %[1]s.rel_i5_attach() RETURNS event_trigger LANGUAGE plpgsql AS $f$
 DECLARE obj record; cols text;
 BEGIN
-  FOR obj IN SELECT * FROM pg_event_trigger_ddl_commands() WHERE command_tag = 'CREATE TABLE' AND object_type = 'table' AND schema_name = %[2]s LOOP
+  FOR obj IN SELECT * FROM pg_event_trigger_ddl_commands() WHERE command_tag IN ('CREATE TABLE', 'ALTER TABLE') AND object_type = 'table' AND schema_name = %[2]s LOOP
     IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = obj.objid AND attname = '_tm_seq' AND NOT attisdropped) THEN
+      CONTINUE;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = obj.objid AND tgname = 'rel_i5') THEN
       CONTINUE;
     END IF;
     SELECT string_agg(quote_literal(a.attname), ', ' ORDER BY array_position(i.indkey::int2[], a.attnum)) INTO cols
@@ -84,7 +91,7 @@ BEGIN
   END LOOP;
 END $f$;
 DROP EVENT TRIGGER IF EXISTS %[3]s;
-CREATE EVENT TRIGGER %[3]s ON ddl_command_end WHEN TAG IN ('CREATE TABLE') EXECUTE FUNCTION %[1]s.rel_i5_attach();
+CREATE EVENT TRIGGER %[3]s ON ddl_command_end WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE') EXECUTE FUNCTION %[1]s.rel_i5_attach();
 `, pgx.Identifier{schema}.Sanitize(), "'"+strings.ReplaceAll(schema, "'", "''")+"'", pgx.Identifier{eventTrigger}.Sanitize())
 }
 
