@@ -239,6 +239,12 @@ func NewApplier(cfg ApplierConfig, target tidemark.StreamTarget) (*Applier, erro
 		return nil, err
 	}
 	opts = append(append(opts, sec...), cfg.kgoOpts...)
+	// The group's callbacks run on franz-go's goroutines as soon as the
+	// client exists: adjustOffsets (under a.mu) reads a.adm. Both are set
+	// under a.mu, so that a callback that comes first waits for them (CI
+	// at bfa97a9: a data race in TestApplierFollowsSnapshotBoundaries).
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("create applier: %w", err)
