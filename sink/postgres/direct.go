@@ -74,11 +74,7 @@ func (s *Sink) keyless(k defKey) bool {
 func (s *Sink) forgetKeyless(id tidemark.TableID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for k, st := range s.direct {
-		if k.id == id && st.keyless {
-			st.keyless = false
-		}
-	}
+	s.clearKeyless(id)
 	for k := range s.ensured {
 		if k.id == id && k.fresh {
 			delete(s.ensured, k)
@@ -164,4 +160,14 @@ func (s *Sink) copyDirect(ctx context.Context, tx pgx.Tx, g *groupPlan, loadedAt
 	}
 	s.directRows.Add(n) // counted when the attempt's transaction may still fail: a measure of the path's use
 	return true, nil
+}
+
+// clearKeyless ends the forced direct path of every layout of table id;
+// called with s.mu held.
+func (s *Sink) clearKeyless(id tidemark.TableID) {
+	for k, st := range s.direct {
+		if k.id == id {
+			st.keyless = false
+		}
+	}
 }

@@ -343,11 +343,7 @@ func (s *Sink) forgetTable(id tidemark.TableID) {
 			delete(s.projections, k)
 		}
 	}
-	for k, st := range s.direct {
-		if k.id == id {
-			st.keyless = false // ensured again before its next rows
-		}
-	}
+	s.clearKeyless(id) // ensured again before its next rows
 }
 
 // EnsureTable implements tidemark.TableRegistry.
@@ -376,7 +372,7 @@ func (s *Sink) ensure(ctx context.Context, d *tableDef, k defKey, at tidemark.Ve
 	// MirrorIndexes built them (forgetTable). So does a fresh load (its
 	// table may lack the primary key, which any other ensure builds).
 	ek := k
-	ek.load, ek.fresh = load, fresh && load
+	ek.load, ek.fresh = load, fresh
 	if s.isEnsured(ek) {
 		return nil
 	}
