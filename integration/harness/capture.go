@@ -50,7 +50,7 @@ func (c *captureToxic) Pipe(stub *toxics.ToxicStub) {
 // "upstream") of every connection through the proxy.
 func (f *FaultProxy) Capture(stream string) (*Capture, error) {
 	capOnce.Do(func() { toxics.Register("tm_capture", new(captureToxic)) })
-	name := "capture_" + f.proxy.Name + "_" + stream
+	name := "capture_" + f.name + "_" + stream
 	capMu.Lock()
 	capBufs[name] = &bytes.Buffer{}
 	capMu.Unlock()
