@@ -75,7 +75,7 @@ func Retry(ctx context.Context, what string, b Backoff, classify func(error) boo
 			return nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("%s: %w", what, err)
+			return stoppedError(ctx, what, err)
 		}
 		if !classify(err) {
 			return fmt.Errorf("%s: %w", what, err)
@@ -91,10 +91,21 @@ func Retry(ctx context.Context, what string, b Backoff, classify func(error) boo
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%s: %w", what, err)
+			return stoppedError(ctx, what, err)
 		case <-t.C:
 		}
 	}
+}
+
+// stoppedError is Retry's error when ctx ended: the last error, which
+// matches ctx's (errors.Is) even when fn's error did not carry it (a
+// connection reset seen before the stop), so that a caller can tell a
+// stop asked for from a failure.
+func stoppedError(ctx context.Context, what string, err error) error {
+	if errors.Is(err, ctx.Err()) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return fmt.Errorf("%s: %w (retries stopped: %w)", what, err, ctx.Err())
 }
 
 // ErrRetriesExhausted matches (errors.Is) the error Retry returns when a

@@ -45,3 +45,39 @@ func TestRetryExhaustedIsMarked(t *testing.T) {
 		t.Errorf("permanent error: %v marked exhausted %v, want unmarked", err, errors.Is(err, ErrRetriesExhausted))
 	}
 }
+
+// TestRetryStoppedMatchesTheStop: a Retry whose ctx ends (SIGTERM during a
+// start-up) returns an error that matches the ctx's (context.Canceled)
+// besides the last transient error, whether the stop came during the
+// backoff or during an attempt whose error did not carry it, so the caller
+// tells the stop asked for from a failure.
+func TestRetryStoppedMatchesTheStop(t *testing.T) {
+	down := errors.New("connection reset by peer")
+	for _, during := range []string{"backoff", "attempt"} {
+		ctx, cancel := context.WithCancel(context.Background())
+		calls := 0
+		b := Backoff{Initial: time.Hour, Max: time.Hour}
+		if during == "backoff" {
+			time.AfterFunc(50*time.Millisecond, cancel)
+		}
+		err := Retry(ctx, "probe", b, func(error) bool { return true }, nil, func(context.Context) error {
+			calls++
+			if during == "attempt" {
+				cancel()
+			}
+			return down
+		})
+		cancel()
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, down) || calls != 1 {
+			t.Errorf("stopped during the %s: %v after %d attempts (canceled %v, cause %v), want one attempt and both",
+				during, err, calls, errors.Is(err, context.Canceled), errors.Is(err, down))
+		}
+	}
+	// An attempt's error that already is the stop is not wrapped twice.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := Retry(ctx, "probe", Backoff{}, func(error) bool { return true }, nil, func(ctx context.Context) error { return ctx.Err() })
+	if err == nil || err.Error() != "probe: context canceled" {
+		t.Errorf("an attempt that returns the stop: %v, want probe: context canceled", err)
+	}
+}

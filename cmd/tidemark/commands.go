@@ -69,6 +69,14 @@ func (b *cmdBase) setLogger(lc LogConfig) {
 	b.log = newLogger(lc, b.stderr)
 }
 
+// stoppedStarting reports whether err is a daemon's start-up cut short by
+// SIGINT or SIGTERM (ctx ended and err is that cancellation), not a
+// failure: nothing was applied yet, so the daemon stops cleanly (exit 0)
+// as it does once running. Any other error during start-up still fails.
+func stoppedStarting(ctx context.Context, err error) bool {
+	return ctx.Err() != nil && errors.Is(err, context.Canceled)
+}
+
 // fail logs msg ("start failed", "plan failed"…) with err and returns
 // exitFailed.
 func (b *cmdBase) fail(msg string, err error) int {
