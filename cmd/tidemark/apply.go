@@ -105,11 +105,7 @@ func (c *applyCmd) run(ctx context.Context) int {
 	defer cl.close()
 	state, err := openStateTarget(ctx, cfg, log, openDaemon, &cl)
 	if err != nil {
-		if stoppedStarting(ctx, err) {
-			log.Info("stopped cleanly", "during", "start-up", "changes", 0)
-			return exitOK
-		}
-		return c.fail("start failed", err)
+		return startFailed(ctx, log, err)
 	}
 	sink, err := need[tidemark.StreamTarget](state, "tidemark apply")
 	if err != nil {

@@ -69,12 +69,17 @@ func (b *cmdBase) setLogger(lc LogConfig) {
 	b.log = newLogger(lc, b.stderr)
 }
 
-// stoppedStarting reports whether err is a daemon's start-up cut short by
-// SIGINT or SIGTERM (ctx ended and err is that cancellation), not a
-// failure: nothing was applied yet, so the daemon stops cleanly (exit 0)
-// as it does once running. Any other error during start-up still fails.
-func stoppedStarting(ctx context.Context, err error) bool {
-	return ctx.Err() != nil && errors.Is(err, context.Canceled)
+// startFailed ends a daemon whose start-up returned err. A start-up cut
+// short by SIGINT or SIGTERM (ctx ended and err is that cancellation) is
+// not a failure: nothing was applied yet, so it is a clean stop (exit 0),
+// as it is once the daemon runs. Any other error is "start failed" (exit 1).
+func startFailed(ctx context.Context, log *slog.Logger, err error) int {
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		log.Info("stopped cleanly", "during", "start-up")
+		return exitOK
+	}
+	log.Error("start failed", "err", err)
+	return exitFailed
 }
 
 // fail logs msg ("start failed", "plan failed"…) with err and returns

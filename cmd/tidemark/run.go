@@ -71,12 +71,7 @@ func (c *runCmd) run(ctx context.Context) int {
 	defer cl.close()
 	var err error
 	if d, err = assemble(ctx, cfg, log, c.stderr, applyLogger(log, m, page)); err != nil {
-		if stoppedStarting(ctx, err) {
-			log.Info("stopped cleanly", "during", "start-up", "checkpoint", "unchanged")
-			return exitOK
-		}
-		log.Error("start failed", "err", err)
-		return exitFailed
+		return startFailed(ctx, log, err)
 	}
 	cl.push(d.Close)
 	if src, err = openSource(cfg, log, useVerifier, &cl); err != nil {

@@ -18,9 +18,10 @@ import (
 // TestSignalDuringStartUpStopsCleanly checks that SIGINT/SIGTERM while a
 // daemon is still starting (here: its PostgreSQL target accepts the
 // connection and never answers, so the start waits on it) is a clean stop,
-// exit 0 and "stopped cleanly", as it is once the daemon runs; and that a
-// start-up that fails on its own (the target closes the connection) still
-// fails, exit 1 and "start failed". CI at b991b86 saw `tidemark run` exit 1
+// exit 0 and "stopped cleanly", as it is once the daemon runs, also while
+// the connection is being retried; and that a start-up that fails on its
+// own (the target refuses the password) still fails, exit 1 and "start
+// failed". CI at b991b86 saw `tidemark run` exit 1
 // with "start failed … context canceled" on a SIGTERM 3 ms after it started.
 func TestSignalDuringStartUpStopsCleanly(t *testing.T) {
 	for _, cmd := range []string{"run", "apply"} {
